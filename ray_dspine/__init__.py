@@ -1,0 +1,1 @@
+"""ray-dspine: a Ray Serve stack for speculative decoding (DSpine, DFlash2) with drafter-aware placement."""

@@ -1,0 +1,145 @@
+"""The replica count that minimises predicted cost per completed request within the latency SLOs.
+
+Objective. Over a control interval a pool of N replicas costs price * g * N * dt (price = USD per
+GPU-hour, g = GPUs per replica) and completes lambda * dt requests as long as it keeps up, so
+    cost per completed request = price * g * N / (3600 * lambda)     (USD; lambda in req/s)
+rises with N: the cheapest pool is the smallest N that meets the SLOs, N* = ceil(lambda / mu),
+where mu is one replica's highest SLO-compliant rate (capacity_model.py: it scales with the
+measured acceptance EMA, so a drafter only buys capacity while its acceptance holds).
+
+Rules (obs = PoolObservation; T = Ray's current target, R = running replicas; state persists in
+Ray's policy_state; all times in seconds):
+  R1 missing   no fresh report (observation.py: none has `arrivals_per_s`, or all are older than
+               stale_after_s) -> hold: N = T. Never scales to zero on an empty metrics dict.
+  R2 demand    lambda = sum(arrivals_per_s over fresh reports) * R / #fresh
+                        + (handle_queued + sum(num_queued)) / backlog_drain_s.
+               slope s <- (1 - w) s + w * max(0, (lambda - lambda_prev) / (t - t_prev)), w = trend_weight;
+               lambda_up = lambda + s * lookahead_s (replicas take minutes to start).
+  R3 capacity  mu = max_rate_per_replica(capacity, slo, workload, headroom); mu <= 0 -> hold.
+  R4 up        N_up = ceil(lambda_up / mu). If N_up > T for upscale_delay_s -> N = N_up.
+  R5 guard     a fresh replica with >= guard_min_requests finished in its window and measured
+               ttft_p95_s > slo.ttft_p95_s or itl_p95_ms > slo.itl_p95_ms, while R == T (none
+               starting) -> N_up >= T + 1 (measurement overrides the model) and no downscale.
+  R6 down      N_down = ceil(lambda / (u_down * mu)), u_down = scale_down_utilization (< 1 leaves a
+               band [N_up, N_down] where the count holds: hysteresis). When N_down < T has held for
+               downscale_delay_s, N = max(N_down over that window) (the window's peak, not its end).
+  R7 drain     N >= ceil((sum(num_running + num_queued) + handle_queued) / max_running_requests):
+               never remove capacity that in-flight requests need. Removed replicas drain: Ray stops
+               routing to them and waits up to graceful_shutdown_timeout_s (polling every
+               graceful_shutdown_wait_loop_s) for their requests to finish before it stops them.
+  R8 bounds    N = min(max_replicas, max(min_replicas, N)), and N >= 1 while any request is in flight.
+Parameters: see CostAutoscalingConfig (headroom in [0, 0.9], u_down in (0, 1], delays in s).
+Complexity: O(replicas * keys) per call plus one capacity bisection (60 predictions).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ray_dspine.autoscale.capacity_model import max_rate_per_replica
+from ray_dspine.autoscale.config import CostAutoscalingConfig
+from ray_dspine.autoscale.observation import PoolObservation, fresh_reports, pool_workload
+
+STATE_PREFIX = "dspine_"
+
+
+@dataclass(frozen=True)
+class Decision:
+    num_replicas: int
+    reason: str
+    demand_per_s: float
+    capacity_per_s: float
+    num_up: int
+    num_down: int
+    state: dict[str, Any]
+
+
+def cost_per_completed_request_usd(
+    num_replicas: float, demand_per_s: float, gpu_hour_usd: float, gpus_per_replica: float
+) -> float:
+    """price * g * N / (3600 * lambda); infinite without demand."""
+    if demand_per_s <= 0.0:
+        return math.inf
+    return gpu_hour_usd * gpus_per_replica * num_replicas / (3600.0 * demand_per_s)
+
+
+def _bounded(n: int, obs: PoolObservation, floor: int) -> int:
+    return min(obs.max_replicas, max(obs.min_replicas, floor, n))
+
+
+def decide(config: CostAutoscalingConfig, obs: PoolObservation, state: dict[str, Any]) -> Decision:
+    """Apply rules R1-R8 to one observation; returns the count and the state to keep."""
+    state = dict(state)  # Ray's own keys (its delay bookkeeping) pass through untouched
+    target = obs.target_replicas
+    reports = fresh_reports(obs, config.stale_after_s)
+    if not reports:  # R1
+        return Decision(target, "hold: no fresh metrics", 0.0, 0.0, target, target, state)
+
+    # R2 demand and its trend.
+    running = max(obs.num_running_replicas, len(reports))
+    queued = obs.handle_queued + sum(r.values.get("num_queued", 0.0) for r in reports)
+    arrivals = sum(r.values.get("arrivals_per_s", 0.0) for r in reports) * running / len(reports)
+    demand = arrivals + queued / config.backlog_drain_s
+    prev, prev_t = state.get(STATE_PREFIX + "demand"), state.get(STATE_PREFIX + "demand_t")
+    slope = float(state.get(STATE_PREFIX + "slope", 0.0))
+    if prev is not None and prev_t is not None and obs.now_s > prev_t:
+        rise = max(0.0, (demand - prev) / (obs.now_s - prev_t))
+        slope = (1.0 - config.trend_weight) * slope + config.trend_weight * rise
+    state[STATE_PREFIX + "demand"], state[STATE_PREFIX + "demand_t"] = demand, obs.now_s
+    state[STATE_PREFIX + "slope"] = slope
+    demand_up = demand + slope * config.lookahead_s
+
+    # R3 capacity.
+    workload = pool_workload(reports, config)
+    capacity = max_rate_per_replica(config.capacity, config.slo, workload, config.headroom)
+    mu = capacity.rate_per_s
+    state[STATE_PREFIX + "capacity_per_s"] = mu
+    if mu <= 0.0:
+        return Decision(target, "hold: zero capacity", demand, mu, target, target, state)
+
+    # R7 drain floor.
+    inflight = queued + sum(r.values.get("num_running", 0.0) for r in reports) * running / len(reports)
+    floor = math.ceil(inflight / config.capacity.max_running_requests - 1e-9)
+    floor = max(floor, 1 if inflight > 0 else 0)
+
+    # R4 / R5 up.
+    n_up = math.ceil(demand_up / mu - 1e-9)
+    slo = config.slo
+    breached = any(
+        r.values.get("num_window_requests", 0.0) >= config.guard_min_requests
+        and (r.values.get("ttft_p95_s", 0.0) > slo.ttft_p95_s or r.values.get("itl_p95_ms", 0.0) > slo.itl_p95_ms)
+        for r in reports
+    )
+    guard = breached and obs.num_running_replicas >= target
+    if guard:
+        n_up = max(n_up, target + 1)
+    n_down = max(n_up, math.ceil(demand / (config.scale_down_utilization * mu) - 1e-9))
+    key_up, key_down, key_hist = STATE_PREFIX + "up_since", STATE_PREFIX + "down_since", STATE_PREFIX + "down_max"
+
+    if n_up > target:
+        state.pop(key_down, None)
+        state.pop(key_hist, None)
+        since = state.setdefault(key_up, obs.now_s)
+        if obs.now_s - since + 1e-9 >= config.upscale_delay_s:
+            state.pop(key_up, None)
+            n = _bounded(n_up, obs, floor)
+            return Decision(n, "up: guard" if guard else "up: demand", demand, mu, n_up, n_down, state)
+        return Decision(target, "up: waiting", demand, mu, n_up, n_down, state)
+    state.pop(key_up, None)
+
+    # R6 down (with the R5 guard blocking it).
+    if n_down < target and not breached:
+        since = state.setdefault(key_down, obs.now_s)
+        window_max = max(int(state.get(key_hist, 0)), n_down)
+        state[key_hist] = window_max
+        if obs.now_s - since + 1e-9 >= config.downscale_delay_s:
+            state.pop(key_down, None)
+            state.pop(key_hist, None)
+            n = _bounded(window_max, obs, floor)
+            return Decision(n, "down", demand, mu, n_up, n_down, state)
+        return Decision(_bounded(target, obs, floor), "down: waiting", demand, mu, n_up, n_down, state)
+    state.pop(key_down, None)
+    state.pop(key_hist, None)
+    return Decision(_bounded(target, obs, floor), "hold: in band", demand, mu, n_up, n_down, state)

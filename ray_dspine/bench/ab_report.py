@@ -1,0 +1,372 @@
+"""Per-arm A/B report of a replay run folder (records.jsonl + the Serve config YAML for prices).
+
+Rules (completed = no error; failures count only in num_failed):
+- Group: by `arm`, else by `pool`, else "unknown".
+- Arm span = max(end) - min(start) over the arm's records; run span the same over all records.
+- Output throughput = sum(output tokens of completed) / arm span. Per-request output rate =
+  output_tokens / e2e_s per completed request.
+- TTFT, e2e per request and ITL gaps pooled over requests: p50/p95/p99 by linear interpolation between
+  order statistics (p-th percentile of sorted x_0..x_{n-1} sits at rank p/100 * (n-1)).
+- Acceptance length per completed request that reports it: mean, p10, p50, p90.
+- Cost per completed request = sum over the arm's pools of (gpu_hour_usd * g * num_replicas * run
+  span hours) / completed, with g = deployment.num_gpus, or 1 when the pool has no GPUs (its
+  gpu_hour_usd then prices a replica-hour). Unknown when a pool is missing from the config or unpriced.
+- Bootstrap (B resamples, seeded numpy Generator): resample each arm's completed requests with
+  replacement; 95% CI = 2.5th and 97.5th percentiles of the resampled statistic. Throughput resamples
+  as n * mean(tokens*) / span; a ratio resamples both arms independently.
+- Baseline: `baseline` if given, else the arm whose completed requests are mostly on the
+  autoregressive path, else one named autoregressive/ar/baseline/control, else the first by name.
+- Verdict speed metric: output throughput when the arms ran one after the other (their spans overlap
+  by < 50% of the shorter), else the per-request output rate (interleaved arms share the wall time).
+  CI low > 1: candidate beats baseline; CI high < 1: baseline beats candidate; else no significant
+  difference. Cost, TTFT p50 and e2e p50 differences follow as plain figures.
+Parameters: B in [100, 100000] (default 2000); seed. Complexity: O(n log n + B * n) for n records.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+import numpy as np
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+
+_CHUNK_CELLS = 2_000_000  # resample indices drawn per batch, to bound memory
+
+
+class RunRecord(BaseModel):
+    """One request of records.jsonl, read tolerantly (unknown fields ignored, missing ones defaulted)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    arm: str | None = None
+    pool: str | None = None
+    path: str | None = None
+    output_tokens: int | None = None
+    ttft_s: float | None = None
+    itl_s: list[float] | None = None
+    e2e_s: float | None = None
+    accept_length: float | None = None
+    error: str | None = None
+    error_kind: str | None = None
+    start_s: float | None = Field(default=None, validation_alias=AliasChoices("start_s", "start_unix_s"))
+    end_s: float | None = Field(default=None, validation_alias=AliasChoices("end_s", "end_unix_s"))
+
+    @property
+    def completed(self) -> bool:
+        return self.error is None and self.error_kind is None
+
+    @property
+    def group(self) -> str:
+        return self.arm or self.pool or "unknown"
+
+
+class PoolPrice(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    gpu_hour_usd: float | None = Field(default=None, ge=0, description="Price of one GPU-hour (CPU: replica-hour).")
+    num_gpus: float = Field(default=0.0, ge=0, description="GPUs per replica.")
+    num_replicas: int | None = Field(default=None, ge=0)
+
+    @property
+    def usd_per_hour(self) -> float | None:
+        if not self.gpu_hour_usd or self.num_replicas is None:
+            return None
+        return self.gpu_hour_usd * (self.num_gpus if self.num_gpus > 0 else 1.0) * self.num_replicas
+
+
+def percentile(values: list[float] | np.ndarray, p: float) -> float | None:
+    """Linear interpolation at rank p/100 * (n-1) of the sorted values; None for no values."""
+    array = np.asarray(values, dtype=float)
+    return float(np.percentile(array, p)) if array.size else None
+
+
+def bootstrap_means(values: np.ndarray, rng: np.random.Generator, num_resamples: int) -> np.ndarray:
+    """Means of `num_resamples` resamples (with replacement) of `values`."""
+    n = values.size
+    batch = max(1, _CHUNK_CELLS // max(n, 1))
+    means = [values[rng.integers(0, n, size=(min(batch, num_resamples - done), n))].mean(axis=1)
+             for done in range(0, num_resamples, batch)]
+    return np.concatenate(means)
+
+
+def interval(samples: np.ndarray) -> tuple[float, float]:
+    """The central 95% of bootstrap samples."""
+    return float(np.percentile(samples, 2.5)), float(np.percentile(samples, 97.5))
+
+
+class Spread(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    num_values: int
+    mean: float
+    p50: float
+    p95: float
+    p99: float
+    mean_ci: tuple[float, float] | None = Field(default=None, description="Bootstrap 95% CI of the mean.")
+
+
+class Acceptance(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    num_requests: int
+    mean: float
+    p10: float
+    p50: float
+    p90: float
+    mean_ci: tuple[float, float] | None = None
+
+
+class ArmStats(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    pools: list[str]
+    paths: dict[str, int] = Field(description="Decode path -> completed requests.")
+    num_requests: int
+    num_completed: int
+    num_failed: int
+    span_s: float | None = Field(description="Arm span: last end - first start.")
+    output_tokens: int
+    output_tok_per_s: float | None
+    output_tok_per_s_ci: tuple[float, float] | None = None
+    request_output_tok_per_s: Spread | None = Field(description="Per-request output_tokens / e2e_s.")
+    ttft_ms: Spread | None
+    itl_ms: Spread | None
+    e2e_ms: Spread | None
+    acceptance: Acceptance | None
+    cost_usd: float | None
+    cost_per_completed_usd: float | None
+    cost_note: str
+
+
+def spread(values: list[float], scale: float, rng: np.random.Generator | None, num_resamples: int) -> Spread | None:
+    if not values:
+        return None
+    array = np.asarray(values, dtype=float) * scale
+    ci = interval(bootstrap_means(array, rng, num_resamples)) if rng is not None and array.size > 1 else None
+    return Spread(num_values=array.size, mean=float(array.mean()), p50=percentile(array, 50),
+                  p95=percentile(array, 95), p99=percentile(array, 99), mean_ci=ci)
+
+
+def span_of(records: list[RunRecord]) -> tuple[float, float] | None:
+    starts = [r.start_s for r in records if r.start_s is not None]
+    ends = [r.end_s for r in records if r.end_s is not None]
+    return (min(starts), max(ends)) if starts and ends and max(ends) > min(starts) else None
+
+
+def arm_cost(pools: list[str], prices: dict[str, PoolPrice] | None, run_span_s: float | None,
+             num_completed: int) -> tuple[float | None, float | None, str]:
+    """(cost of the arm's pools over the run, cost per completed request, note)."""
+    if prices is None:
+        return None, None, "cost unknown: no --config given"
+    if run_span_s is None:
+        return None, None, "cost unknown: records carry no start/end times"
+    hourly = []
+    for pool in pools:
+        price = prices.get(pool)
+        if price is None or price.usd_per_hour is None:
+            why = "not in the config" if price is None else "no gpu_hour_usd or num_replicas"
+            return None, None, f"cost unknown: pool {pool!r} {why}"
+        hourly.append(price.usd_per_hour)
+    cost = sum(hourly) * run_span_s / 3600.0
+    per_request = cost / num_completed if num_completed else None
+    return cost, per_request, f"pools {', '.join(pools)}: {sum(hourly):.4g} USD/h over {run_span_s:.1f} s"
+
+
+def arm_stats(name: str, records: list[RunRecord], *, prices: dict[str, PoolPrice] | None,
+              run_span_s: float | None, rng: np.random.Generator | None, num_resamples: int) -> ArmStats:
+    done = [r for r in records if r.completed]
+    span = span_of(records)
+    span_s = span[1] - span[0] if span else None
+    tokens = np.asarray([r.output_tokens or 0 for r in done], dtype=float)
+    throughput = float(tokens.sum()) / span_s if span_s else None
+    throughput_ci = None
+    if throughput is not None and rng is not None and tokens.size > 1:
+        throughput_ci = interval(bootstrap_means(tokens, rng, num_resamples) * tokens.size / span_s)
+    accept = [r.accept_length for r in done if r.accept_length is not None]
+    acceptance = None
+    if accept:
+        a = np.asarray(accept, dtype=float)
+        ci = interval(bootstrap_means(a, rng, num_resamples)) if rng is not None and a.size > 1 else None
+        acceptance = Acceptance(num_requests=a.size, mean=float(a.mean()), p10=percentile(a, 10),
+                                p50=percentile(a, 50), p90=percentile(a, 90), mean_ci=ci)
+    pools = sorted({r.pool for r in records if r.pool}) or [name]
+    cost, per_request, note = arm_cost(pools, prices, run_span_s, len(done))
+    return ArmStats(
+        name=name, pools=pools, paths=dict(Counter(r.path or "unknown" for r in done)),
+        num_requests=len(records), num_completed=len(done), num_failed=len(records) - len(done),
+        span_s=span_s, output_tokens=int(tokens.sum()), output_tok_per_s=throughput,
+        output_tok_per_s_ci=throughput_ci,
+        request_output_tok_per_s=spread([(r.output_tokens or 0) / r.e2e_s for r in done if r.e2e_s], 1.0,
+                                        rng, num_resamples),
+        ttft_ms=spread([r.ttft_s for r in done if r.ttft_s is not None], 1e3, rng, num_resamples),
+        itl_ms=spread([gap for r in done for gap in (r.itl_s or [])], 1e3, None, num_resamples),
+        e2e_ms=spread([r.e2e_s for r in done if r.e2e_s is not None], 1e3, rng, num_resamples),
+        acceptance=acceptance, cost_usd=cost, cost_per_completed_usd=per_request, cost_note=note,
+    )
+
+
+def group_records(records: list[RunRecord]) -> dict[str, list[RunRecord]]:
+    groups: dict[str, list[RunRecord]] = defaultdict(list)
+    for record in records:
+        groups[record.group].append(record)
+    return dict(sorted(groups.items()))
+
+
+def choose_baseline(arms: list[ArmStats], baseline: str | None = None) -> str:
+    names = [arm.name for arm in arms]
+    if baseline is not None:
+        if baseline not in names:
+            raise ValueError(f"baseline arm {baseline!r} is not among the arms {names}")
+        return baseline
+    mostly_ar = [a.name for a in arms if a.num_completed and
+                 a.paths.get("autoregressive", 0) > a.num_completed / 2]
+    if len(mostly_ar) == 1:
+        return mostly_ar[0]
+    for candidate in ("autoregressive", "ar", "baseline", "control"):
+        if candidate in names:
+            return candidate
+    return names[0]
+
+
+class ArmComparison(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    candidate: str
+    baseline: str
+    spans_overlap: float | None = Field(description="Overlap of the two arm spans / the shorter span.")
+    speed_metric: str = Field(description="'output throughput' or 'per-request output rate'.")
+    speed_ratio: float | None = Field(description="Candidate / baseline on the speed metric.")
+    speed_ratio_ci: tuple[float, float] | None
+    throughput_ratio: float | None
+    throughput_ratio_ci: tuple[float, float] | None
+    e2e_mean_ratio: float | None
+    e2e_mean_ratio_ci: tuple[float, float] | None
+    cost_per_completed_ratio: float | None
+    ttft_p50_delta_ms: float | None = Field(description="Candidate minus baseline.")
+    e2e_p50_delta_ms: float | None
+    verdict: str
+
+
+class AbReport(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    source: str
+    num_records: int
+    num_bad_lines: int
+    run_span_s: float | None
+    num_resamples: int
+    seed: int
+    baseline: str
+    arms: list[ArmStats]
+    comparisons: list[ArmComparison]
+    verdict: str
+
+
+def _ratio_ci(num: np.ndarray, den: np.ndarray, num_scale: float, den_scale: float,
+              rng: np.random.Generator, num_resamples: int) -> tuple[float, float] | None:
+    if num.size < 2 or den.size < 2:
+        return None
+    return interval(bootstrap_means(num, rng, num_resamples) * num_scale
+                    / (bootstrap_means(den, rng, num_resamples) * den_scale))
+
+
+def _overlap(a: tuple[float, float] | None, b: tuple[float, float] | None) -> float | None:
+    if a is None or b is None:
+        return None
+    shorter = min(a[1] - a[0], b[1] - b[0])
+    return max(0.0, min(a[1], b[1]) - max(a[0], b[0])) / shorter if shorter > 0 else None
+
+
+def _mean_ratio(num: np.ndarray, den: np.ndarray) -> float | None:
+    return float(num.mean() / den.mean()) if num.size and den.size and den.mean() else None
+
+
+def _delta(c: Spread | None, b: Spread | None) -> float | None:
+    return c.p50 - b.p50 if c is not None and b is not None else None
+
+
+def speed_phrase(candidate: str, baseline: str, metric: str, ratio: float | None,
+                 ci: tuple[float, float] | None) -> str:
+    if ratio is None or ci is None:
+        return f"{candidate} vs {baseline}: {metric} unknown (too few timed requests)"
+    low, high = ci
+    if low > 1:
+        return f"{candidate} beats {baseline}: {ratio:.2f}x {metric} [{low:.2f}, {high:.2f}]"
+    if high < 1:
+        return f"{baseline} beats {candidate}: {1 / ratio:.2f}x {metric} [{1 / high:.2f}, {1 / low:.2f}]"
+    return f"no significant difference in {metric} between {candidate} and {baseline}: " \
+           f"{ratio:.2f}x [{low:.2f}, {high:.2f}]"
+
+
+def compare_arms(c: ArmStats, b: ArmStats, c_records: list[RunRecord], b_records: list[RunRecord],
+                 rng: np.random.Generator, num_resamples: int) -> ArmComparison:
+    c_done = [r for r in c_records if r.completed]
+    b_done = [r for r in b_records if r.completed]
+
+    def column(done: list[RunRecord], value) -> np.ndarray:
+        return np.asarray([v for v in (value(r) for r in done) if v is not None], dtype=float)
+
+    tokens = (column(c_done, lambda r: r.output_tokens or 0), column(b_done, lambda r: r.output_tokens or 0))
+    throughput_ratio = throughput_ci = None
+    if c.output_tok_per_s and b.output_tok_per_s:
+        throughput_ratio = c.output_tok_per_s / b.output_tok_per_s
+        throughput_ci = _ratio_ci(tokens[0], tokens[1], tokens[0].size / c.span_s, tokens[1].size / b.span_s,
+                                  rng, num_resamples)
+    e2e = (column(c_done, lambda r: r.e2e_s), column(b_done, lambda r: r.e2e_s))
+    e2e_ratio = _mean_ratio(e2e[0], e2e[1])
+    e2e_ci = _ratio_ci(e2e[0], e2e[1], 1.0, 1.0, rng, num_resamples) if e2e_ratio is not None else None
+    overlap = _overlap(span_of(c_records), span_of(b_records))
+    if overlap is not None and overlap < 0.5:
+        metric, ratio, ci = "output throughput", throughput_ratio, throughput_ci
+    else:
+        rate = lambda r: (r.output_tokens or 0) / r.e2e_s if r.e2e_s else None  # noqa: E731
+        rates = (column(c_done, rate), column(b_done, rate))
+        ratio = _mean_ratio(rates[0], rates[1])
+        ci = _ratio_ci(rates[0], rates[1], 1.0, 1.0, rng, num_resamples) if ratio is not None else None
+        metric = "per-request output rate"
+    cost_ratio = None
+    if c.cost_per_completed_usd is not None and b.cost_per_completed_usd:
+        cost_ratio = c.cost_per_completed_usd / b.cost_per_completed_usd
+    clauses = [speed_phrase(c.name, b.name, metric, ratio, ci)]
+    if cost_ratio is not None:
+        change = round((1 - cost_ratio) * 100)
+        clauses.append(f"{abs(change)}% {'lower' if change >= 0 else 'higher'} cost per completed request")
+    else:
+        clauses.append("cost per completed request unknown")
+    verdict = ", ".join(clauses)
+    deltas = [f"{label} {delta:+.0f} ms" for label, delta in
+              (("TTFT p50", _delta(c.ttft_ms, b.ttft_ms)), ("e2e p50", _delta(c.e2e_ms, b.e2e_ms)))
+              if delta is not None]
+    if deltas:
+        verdict += "; " + ", ".join(deltas)
+    return ArmComparison(
+        candidate=c.name, baseline=b.name, spans_overlap=overlap, speed_metric=metric, speed_ratio=ratio,
+        speed_ratio_ci=ci, throughput_ratio=throughput_ratio, throughput_ratio_ci=throughput_ci,
+        e2e_mean_ratio=e2e_ratio, e2e_mean_ratio_ci=e2e_ci, cost_per_completed_ratio=cost_ratio,
+        ttft_p50_delta_ms=_delta(c.ttft_ms, b.ttft_ms), e2e_p50_delta_ms=_delta(c.e2e_ms, b.e2e_ms), verdict=verdict,
+    )
+
+
+def build_report(records: list[RunRecord], *, prices: dict[str, PoolPrice] | None, rng: np.random.Generator,
+                 num_resamples: int = 2000, seed: int = 0, baseline: str | None = None, source: str = "",
+                 num_bad_lines: int = 0) -> AbReport:
+    """Per-arm statistics, each other arm compared with the baseline, and one verdict line."""
+    if not records:
+        raise ValueError(f"no records in {source or 'the input'}")
+    if not 100 <= num_resamples <= 100_000:
+        raise ValueError(f"num_resamples must be in [100, 100000], got {num_resamples}")
+    run_span = span_of(records)
+    run_span_s = run_span[1] - run_span[0] if run_span else None
+    groups = group_records(records)
+    arms = [arm_stats(name, recs, prices=prices, run_span_s=run_span_s, rng=rng, num_resamples=num_resamples)
+            for name, recs in groups.items()]
+    base = choose_baseline(arms, baseline)
+    by_name = {arm.name: arm for arm in arms}
+    comparisons = [compare_arms(arm, by_name[base], groups[arm.name], groups[base], rng, num_resamples)
+                   for arm in arms if arm.name != base]
+    verdict = " | ".join(c.verdict for c in comparisons) or f"only one arm ({base}): nothing to compare"
+    return AbReport(source=source, num_records=len(records), num_bad_lines=num_bad_lines, run_span_s=run_span_s,
+                    num_resamples=num_resamples, seed=seed, baseline=base, arms=arms, comparisons=comparisons,
+                    verdict=verdict)

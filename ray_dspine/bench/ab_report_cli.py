@@ -1,0 +1,135 @@
+"""`ray-dspine bench ab-report DIR`: per-arm table and one verdict line from a replay run folder.
+
+Reads DIR/records.jsonl (tolerantly: unknown fields ignored, unreadable lines counted) and, with
+`--config`, each pool's price from the Serve config YAML; the rules are stated in `ab_report.py`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from ray_dspine.bench.ab_report import AbReport, ArmStats, PoolPrice, RunRecord, Spread, build_report
+
+
+def load_records(path: str | Path) -> tuple[list[RunRecord], int]:
+    """Records from a JSONL file (or a run folder holding records.jsonl); also the number of bad lines."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "records.jsonl"
+    records, num_bad = [], 0
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        try:
+            records.append(RunRecord.model_validate(json.loads(line)))
+        except ValueError:
+            num_bad += 1
+    return records, num_bad
+
+
+def load_pool_prices(config_path: str | Path) -> dict[str, PoolPrice]:
+    """Pool prices from a Serve config: applications[].args.pools[] (name, gpu_hour_usd, deployment)."""
+    document = yaml.safe_load(Path(config_path).read_text()) or {}
+    prices: dict[str, PoolPrice] = {}
+    for application in document.get("applications") or []:
+        for pool in ((application or {}).get("args") or {}).get("pools") or []:
+            if not isinstance(pool, dict) or not pool.get("name"):
+                continue
+            deployment = pool.get("deployment") or {}
+            actor = deployment.get("ray_actor_options") or {}
+            num_gpus = deployment.get("num_gpus", actor.get("num_gpus", pool.get("num_gpus", 0.0)))
+            num_replicas = deployment.get("num_replicas", pool.get("num_replicas"))
+            prices[pool["name"]] = PoolPrice(
+                name=pool["name"], gpu_hour_usd=pool.get("gpu_hour_usd"), num_gpus=num_gpus or 0.0,
+                num_replicas=num_replicas if isinstance(num_replicas, int) else None,
+            )
+    return prices
+
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _ci(ci: tuple[float, float] | None, digits: int = 1) -> str:
+    return "" if ci is None else f" [{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]"
+
+
+def _spread_row(label: str, arms: list[ArmStats], pick) -> list[str]:
+    cells = []
+    for arm in arms:
+        s: Spread | None = pick(arm)
+        cells.append("-" if s is None else f"{s.p50:.1f} / {s.p95:.1f} / {s.p99:.1f}")
+    return [label] + cells
+
+
+def render_report(report: AbReport) -> str:
+    arms = report.arms
+    rows = [
+        ["arm"] + [a.name + (" (baseline)" if a.name == report.baseline else "") for a in arms],
+        ["pools"] + [", ".join(a.pools) for a in arms],
+        ["decode paths"] + [", ".join(f"{k} {v}" for k, v in sorted(a.paths.items())) or "-" for a in arms],
+        ["completed / failed"] + [f"{a.num_completed} / {a.num_failed}" for a in arms],
+        ["span s"] + [_fmt(a.span_s) for a in arms],
+        ["output tok/s [95% CI]"] + [_fmt(a.output_tok_per_s) + _ci(a.output_tok_per_s_ci) for a in arms],
+        ["per-request tok/s mean"] + [
+            "-" if a.request_output_tok_per_s is None
+            else _fmt(a.request_output_tok_per_s.mean) + _ci(a.request_output_tok_per_s.mean_ci) for a in arms],
+        _spread_row("TTFT ms p50/p95/p99", arms, lambda a: a.ttft_ms),
+        _spread_row("ITL ms p50/p95/p99", arms, lambda a: a.itl_ms),
+        _spread_row("e2e ms p50/p95/p99", arms, lambda a: a.e2e_ms),
+        ["acceptance mean [CI]"] + [
+            "-" if a.acceptance is None else f"{a.acceptance.mean:.2f}{_ci(a.acceptance.mean_ci, 2)}" for a in arms],
+        ["acceptance p10/p50/p90"] + [
+            "-" if a.acceptance is None
+            else f"{a.acceptance.p10:.2f} / {a.acceptance.p50:.2f} / {a.acceptance.p90:.2f}" for a in arms],
+        ["USD per completed req"] + [_fmt(a.cost_per_completed_usd, 5) for a in arms],
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+    lines += [f"cost: {a.name}: {a.cost_note}" for a in arms]
+    for c in report.comparisons:
+        lines.append(f"{c.candidate} / {c.baseline}: {c.speed_metric} {_fmt(c.speed_ratio, 2)}x"
+                     f"{_ci(c.speed_ratio_ci, 2)}, e2e mean {_fmt(c.e2e_mean_ratio, 2)}x{_ci(c.e2e_mean_ratio_ci, 2)}"
+                     f" (spans overlap {_fmt(c.spans_overlap, 2)})")
+    if report.num_bad_lines:
+        lines.append(f"skipped {report.num_bad_lines} unreadable lines of records.jsonl")
+    lines.append(f"bootstrap: {report.num_resamples} resamples, seed {report.seed}")
+    lines.append(f"verdict: {report.verdict}")
+    return "\n".join(lines)
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    source = Path(args.run_dir)
+    records, num_bad = load_records(source)
+    prices = load_pool_prices(args.config) if args.config else None
+    report = build_report(records, prices=prices, rng=np.random.default_rng(args.seed),
+                          num_resamples=args.resamples, seed=args.seed, baseline=args.baseline,
+                          source=str(source), num_bad_lines=num_bad)
+    print(report.model_dump_json(indent=2) if args.json else render_report(report))
+    return 0
+
+
+def register_ab_report(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add `ab-report` to a `bench` subcommand group; the parser's `func(args) -> exit code` runs it."""
+    parser = subparsers.add_parser(
+        "ab-report",
+        help="per-arm throughput, latency percentiles, acceptance and cost of a replay run, with a verdict",
+        description="Group records.jsonl by arm (else pool); per arm: completed requests, output throughput, "
+        "TTFT/ITL/e2e p50/p95/p99, acceptance mean and p10/p50/p90, cost per completed request (prices "
+        "from --config); bootstrap 95%% CIs on per-arm means and on candidate/baseline ratios; one verdict line.",
+    )
+    parser.add_argument("run_dir", metavar="DIR", help="replay run folder (or a records.jsonl file)")
+    parser.add_argument("--config", default=None,
+                        help="Serve config YAML with applications[].args.pools[] prices, e.g. clusters/local.yaml")
+    parser.add_argument("--baseline", default=None, help="baseline arm (default: the autoregressive one)")
+    parser.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples (default %(default)s)")
+    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default %(default)s)")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.set_defaults(func=_run_command)
+    return parser

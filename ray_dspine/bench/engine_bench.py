@@ -1,0 +1,190 @@
+"""`ray-dspine bench engine`: the embedded engine alone (no Ray), speculative vs autoregressive vs peer.
+
+Method. The fixed prompt set (`prompts/engine.json`: open chat, code edits that repeat their input,
+agent tool-call turns that repeat their context) is decoded greedily, each prompt by three decoders
+back to back in the serving dtype so machine noise hits all three alike: our autoregressive path,
+our speculative path, and transformers' own `generate(prompt_lookup_num_tokens=k)` as the peer.
+tokens/s = output tokens / decode wall time, summed over the prompts of a group. Then both of our
+paths run again in fp32, where byte-identical greedy output is the contract (`greedy_identical`);
+the serving dtype's mismatches are counted and reported too.
+Why a speedup is what it is: speedup = accept_length / step_cost_ratio, where step_cost_ratio is
+(speculative seconds per verify step) / (autoregressive seconds per token); both are printed per category.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import resource
+import statistics
+import sys
+import time
+from importlib import resources
+
+from ..engines.embedded.config import EmbeddedEngineConfig
+from ..engines.embedded.engine import EmbeddedEngine
+from ..engines.embedded.model import load_model
+from ..engines.protocol import ChatMessage, GenerateRequest
+
+
+def load_prompts(limit: int) -> list[dict]:
+    data = json.loads(resources.files("ray_dspine.bench.prompts").joinpath("engine.json").read_text())
+    prompts = data["prompts"]
+    by_category: dict[str, list[dict]] = {}
+    for prompt in prompts:
+        by_category.setdefault(prompt["category"], []).append(prompt)
+    # Round-robin over categories, so any limit keeps them balanced (a third each for 3 categories).
+    ordered = [p for group in zip(*by_category.values()) for p in group]
+    return ordered[:limit]
+
+
+async def _decode(engine: EmbeddedEngine, messages: list[dict], max_tokens: int, request_id: str):
+    request = GenerateRequest(
+        request_id=request_id,
+        messages=[ChatMessage(**m) for m in messages],
+        max_tokens=max_tokens,
+        temperature=0.0,
+        clamp_max_tokens=True,
+    )
+    parts, usage = [], None
+    start = time.perf_counter()
+    async for chunk in engine.generate(request):
+        parts.append(chunk.text)
+        usage = chunk.usage or usage
+    return "".join(parts), usage, time.perf_counter() - start
+
+
+def _peer_decode(loaded, messages: list[dict], max_tokens: int, num_draft_tokens: int):
+    import torch
+
+    from ..engines.embedded.prompt import render_prompt
+
+    request = GenerateRequest(request_id="peer", messages=[ChatMessage(**m) for m in messages], max_tokens=max_tokens)
+    ids = torch.tensor([render_prompt(loaded.tokenizer, request)])
+    start = time.perf_counter()
+    with torch.inference_mode():
+        out = loaded.model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=max_tokens,
+            do_sample=False,
+            prompt_lookup_num_tokens=num_draft_tokens,
+            pad_token_id=loaded.tokenizer.eos_token_id,
+        )
+    elapsed = time.perf_counter() - start
+    return int(out.shape[1] - ids.shape[1]), elapsed
+
+
+def _engine(config: EmbeddedEngineConfig, loaded) -> EmbeddedEngine:
+    return EmbeddedEngine(config, loader=lambda _config: loaded)
+
+
+async def _run_dtype(dtype: str, prompts: list[dict], max_tokens: int, num_draft_tokens: int, with_peer: bool, progress):
+    base = EmbeddedEngineConfig(dtype=dtype, num_draft_tokens=num_draft_tokens, max_running_requests=1)
+    loaded = load_model(base)
+    ar = _engine(base.model_copy(update={"speculative": False}), loaded)
+    spec = _engine(base, loaded)
+    await ar.start()
+    await spec.start()
+    warmup = prompts[0]["messages"]
+    await _decode(ar, warmup, 8, "warmup-ar")
+    await _decode(spec, warmup, 8, "warmup-spec")
+    if with_peer:
+        _peer_decode(loaded, warmup, 8, num_draft_tokens)
+    rows = []
+    for i, prompt in enumerate(prompts):
+        ar_text, ar_usage, ar_s = await _decode(ar, prompt["messages"], max_tokens, f"ar-{i}")
+        spec_text, spec_usage, spec_s = await _decode(spec, prompt["messages"], max_tokens, f"spec-{i}")
+        row = {
+            "category": prompt["category"],
+            "ar_tokens": ar_usage.completion_tokens,
+            "ar_s": ar_s,
+            "spec_tokens": spec_usage.completion_tokens,
+            "spec_s": spec_s,
+            "spec_verify_steps": spec_usage.verify_steps,
+            "accept_length": spec_usage.accept_length,
+            "identical": ar_text == spec_text,
+        }
+        if with_peer:
+            row["peer_tokens"], row["peer_s"] = _peer_decode(loaded, prompt["messages"], max_tokens, num_draft_tokens)
+        rows.append(row)
+        progress(f"{dtype} prompt {i + 1}/{len(prompts)} ({prompt['category']}): accept {spec_usage.accept_length:.2f}")
+    await ar.stop()
+    await spec.stop()
+    del ar, spec, loaded
+    gc.collect()
+    return rows
+
+
+def _rate(rows: list[dict], key: str) -> float | None:
+    seconds = sum(r[f"{key}_s"] for r in rows)
+    return round(sum(r[f"{key}_tokens"] for r in rows) / seconds, 2) if seconds else None
+
+
+def _figures(serving: list[dict], fp32: list[dict], dtype: str) -> dict:
+    ar, spec, peer = _rate(serving, "ar"), _rate(serving, "spec"), _rate(serving, "peer")
+    accepts = [r["accept_length"] for r in serving]
+    ar_s_per_token = sum(r["ar_s"] for r in serving) / max(1, sum(r["ar_tokens"] for r in serving))
+    spec_s_per_step = sum(r["spec_s"] for r in serving) / max(1, sum(r["spec_verify_steps"] for r in serving))
+    return {
+        "prompts": len(serving),
+        "ar_tokens_per_s": ar,
+        "spec_tokens_per_s": spec,
+        "speedup": round(spec / ar, 3) if ar and spec else None,
+        "peer_tokens_per_s": peer,
+        "speedup_vs_peer": round(spec / peer, 3) if peer and spec else None,
+        "accept_length_mean": round(statistics.fmean(accepts), 3),
+        "accept_length_p50": round(statistics.median(accepts), 3),
+        "step_cost_ratio": round(spec_s_per_step / ar_s_per_token, 3),
+        "greedy_identical": sum(r["identical"] for r in fp32),
+        f"{dtype}_greedy_mismatches": sum(not r["identical"] for r in serving),
+        "dtype": {"throughput": dtype, "greedy_identical": "fp32"},
+    }
+
+
+def run_engine_bench(num_prompts: int, max_tokens: int, num_draft_tokens: int, dtype: str, progress=None) -> dict:
+    progress = progress or (lambda message: print(message, file=sys.stderr, flush=True))
+    prompts = load_prompts(num_prompts)
+    serving = asyncio.run(_run_dtype(dtype, prompts, max_tokens, num_draft_tokens, True, progress))
+    fp32 = serving if dtype == "fp32" else asyncio.run(_run_dtype("fp32", prompts, max_tokens, num_draft_tokens, False, progress))
+    result = _figures(serving, fp32, dtype)
+    result["fp32_tokens_per_s"] = {"ar": _rate(fp32, "ar"), "spec": _rate(fp32, "spec")}
+    result["max_tokens"] = max_tokens
+    result["num_draft_tokens"] = num_draft_tokens
+    result["per_category"] = {}
+    for category in dict.fromkeys(p["category"] for p in prompts):
+        pick = lambda rows: [r for r in rows if r["category"] == category]  # noqa: E731
+        result["per_category"][category] = _figures(pick(serving), pick(fp32), dtype)
+    result["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    return result
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("engine", help="benchmark the embedded engine alone: speculative vs autoregressive vs peer")
+    parser.add_argument("--prompts", type=int, default=12, help="prompts from the fixed set (balanced by category)")
+    parser.add_argument("--max-tokens", type=int, default=128, help="output tokens per prompt at most")
+    parser.add_argument("--num-draft-tokens", type=int, default=8, help="draft block size")
+    parser.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16", help="serving dtype for throughput")
+    parser.add_argument("--json", action="store_true", help="print JSON only")
+    parser.set_defaults(func=_main)
+
+
+def _main(args) -> int:
+    if args.prompts < 1 or args.max_tokens < 1:
+        print("ray-dspine bench engine: --prompts and --max-tokens must be at least 1", file=sys.stderr)
+        return 2
+    result = run_engine_bench(args.prompts, args.max_tokens, args.num_draft_tokens, args.dtype)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    print(f"{'category':<10} {'ar tok/s':>9} {'spec tok/s':>10} {'peer tok/s':>10} {'speedup':>8} {'vs peer':>8} {'accept':>7} {'step cost':>9} {'identical':>9}")
+    rows = [("all", result)] + list(result["per_category"].items())
+    for name, fig in rows:
+        print(
+            f"{name:<10} {fig['ar_tokens_per_s']:>9} {fig['spec_tokens_per_s']:>10} {fig['peer_tokens_per_s']:>10} "
+            f"{fig['speedup']:>8} {fig['speedup_vs_peer']:>8} {fig['accept_length_mean']:>7} {fig['step_cost_ratio']:>9} "
+            f"{fig['greedy_identical']:>5}/{fig['prompts']}"
+        )
+    print(f"peak RSS {result['peak_rss_mb']} MB; throughput in {args.dtype}, identity in fp32")
+    return 0

@@ -1,0 +1,1 @@
+"""Fixed prompt sets of the benchmarks (data files)."""

@@ -1,0 +1,136 @@
+"""Percentiles, means and bootstrap confidence intervals for benchmark figures.
+
+Rules:
+- Percentile (numpy's default "linear" method): for sorted x_0..x_(n-1) and q in [0, 100],
+  `h = (n - 1) * q / 100`, `P_q = x_floor(h) + (h - floor(h)) * (x_ceil(h) - x_floor(h))`.
+  Example: 1..100 gives P50 = 50.5, P95 = 95.05, P99 = 99.01.
+- Bootstrap CI on a mean (percentile bootstrap): draw B resamples of size n with replacement from
+  the data, take each resample's mean; the (1 - c)/2 and (1 + c)/2 percentiles of those B means
+  (by the rule above) bound the interval. A constant array gives the exact interval [c, c].
+- Bootstrap CI on a ratio of means `mean(b) / mean(a)`: resample a and b independently (each with
+  its own size) B times and take the percentiles of the B ratios; resamples whose `mean(a)` is 0 are
+  dropped. Identical groups give a ratio estimate of exactly 1.
+Parameters: B = num_resamples (>= 1, default 1,000); confidence c in (0, 1), default 0.95; the
+random generator is passed in (`numpy.random.Generator`) so results are reproducible.
+Complexity: O(B * n) time, O(B) memory plus one n-row block of indices at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Distribution(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    count: int = Field(ge=0, description="Number of values.")
+    mean: float | None = Field(description="Arithmetic mean; None when empty.")
+    p50: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+    min: float | None = None
+    max: float | None = None
+
+
+class ConfidenceInterval(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    estimate: float = Field(description="The statistic on the full data.")
+    low: float = Field(description="Lower bound.")
+    high: float = Field(description="Upper bound.")
+    confidence: float = Field(gt=0.0, lt=1.0, description="Coverage level, e.g. 0.95.")
+    num_resamples: int = Field(ge=1, description="Bootstrap resamples drawn.")
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The linear-interpolation percentile (q in [0, 100]) of a non-empty sequence."""
+    if not len(values):
+        raise ValueError("percentile of an empty sequence")
+    if not 0.0 <= q <= 100.0:
+        raise ValueError(f"q must be in [0, 100], got {q}")
+    return float(np.percentile(np.asarray(values, dtype=float), q, method="linear"))
+
+
+def mean(values: Sequence[float]) -> float:
+    if not len(values):
+        raise ValueError("mean of an empty sequence")
+    return float(np.mean(np.asarray(values, dtype=float)))
+
+
+def describe(values: Sequence[float]) -> Distribution:
+    """count, mean, p50/p95/p99, min, max (all None but count when empty)."""
+    if not len(values):
+        return Distribution(count=0, mean=None)
+    x = np.asarray(values, dtype=float)
+    p50, p95, p99 = np.percentile(x, [50.0, 95.0, 99.0], method="linear")
+    return Distribution(
+        count=len(x), mean=float(x.mean()), p50=float(p50), p95=float(p95), p99=float(p99),
+        min=float(x.min()), max=float(x.max()),
+    )
+
+
+def _resampled_means(x: np.ndarray, rng: np.random.Generator, num_resamples: int) -> np.ndarray:
+    out = np.empty(num_resamples)
+    rows = max(1, 1_000_000 // max(1, len(x)))  # bound the index block to ~1M entries
+    for start in range(0, num_resamples, rows):
+        stop = min(num_resamples, start + rows)
+        idx = rng.integers(0, len(x), size=(stop - start, len(x)))
+        out[start:stop] = x[idx].mean(axis=1)
+    return out
+
+
+def _check(confidence: float, num_resamples: int) -> None:
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    if num_resamples < 1:
+        raise ValueError(f"num_resamples must be >= 1, got {num_resamples}")
+
+
+def bootstrap_mean_ci(
+    values: Sequence[float], rng: np.random.Generator, *, num_resamples: int = 1000, confidence: float = 0.95
+) -> ConfidenceInterval:
+    """Percentile-bootstrap interval on the mean of a non-empty sequence."""
+    _check(confidence, num_resamples)
+    x = np.asarray(values, dtype=float)
+    if not len(x):
+        raise ValueError("bootstrap of an empty sequence")
+    means = _resampled_means(x, rng, num_resamples)
+    tail = (1.0 - confidence) / 2.0 * 100.0
+    low, high = np.percentile(means, [tail, 100.0 - tail], method="linear")
+    return ConfidenceInterval(
+        estimate=float(x.mean()), low=float(low), high=float(high), confidence=confidence, num_resamples=num_resamples
+    )
+
+
+def bootstrap_ratio_ci(
+    baseline: Sequence[float],
+    treatment: Sequence[float],
+    rng: np.random.Generator,
+    *,
+    num_resamples: int = 1000,
+    confidence: float = 0.95,
+) -> ConfidenceInterval:
+    """Percentile-bootstrap interval on `mean(treatment) / mean(baseline)`."""
+    _check(confidence, num_resamples)
+    a = np.asarray(baseline, dtype=float)
+    b = np.asarray(treatment, dtype=float)
+    if not len(a) or not len(b):
+        raise ValueError("ratio bootstrap needs two non-empty groups")
+    if a.mean() == 0.0:
+        raise ValueError("ratio bootstrap: baseline mean is 0")
+    means_a = _resampled_means(a, rng, num_resamples)
+    means_b = _resampled_means(b, rng, num_resamples)
+    keep = means_a != 0.0
+    ratios = means_b[keep] / means_a[keep]
+    tail = (1.0 - confidence) / 2.0 * 100.0
+    low, high = np.percentile(ratios, [tail, 100.0 - tail], method="linear")
+    return ConfidenceInterval(
+        estimate=float(b.mean() / a.mean()),
+        low=float(low),
+        high=float(high),
+        confidence=confidence,
+        num_resamples=num_resamples,
+    )

@@ -1,0 +1,110 @@
+"""The application's configuration: what a Serve YAML's `args:` validates into.
+
+One `AppConfig` holds the server options, the pools (each an engine config plus deployment options)
+and the traffic policy (reasoning level -> pool, sticky A/B arms). Components receive only the
+sub-config they need: an engine its engine config, a router its `RouterConfig`, the ingress the
+server options and the traffic policy.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Union
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from .engines.embedded.config import EmbeddedEngineConfig
+from .engines.sglang.config import SGLangEngineConfig
+from .engines.simulated.config import SimulatedEngineConfig
+from .routing.config import RouterConfig, TrafficConfig
+
+EngineConfig = Annotated[
+    Union[EmbeddedEngineConfig, SimulatedEngineConfig, SGLangEngineConfig], Field(discriminator="kind")
+]
+
+POOL_NAME_PATTERN = r"^[a-z0-9][a-z0-9\-]{0,40}$"
+
+
+class DeploymentOptions(BaseModel):
+    """Ray Serve options of a pool's replica deployment."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    num_replicas: int = Field(default=1, ge=1, le=1024, description="Replicas when autoscaling is off.")
+    max_ongoing_requests: int = Field(
+        default=8, ge=1, description="Requests Ray sends one replica at once (its engine queues the rest)."
+    )
+    max_queued_requests: int = Field(
+        default=64, ge=-1, description="Requests the handle holds when all replicas are full; -1 is unbounded."
+    )
+    num_cpus: float = Field(default=1.0, ge=0, description="CPUs reserved per replica.")
+    num_gpus: float = Field(default=0.0, ge=0, description="GPUs reserved per replica.")
+    health_check_period_s: float = Field(default=10.0, gt=0)
+    health_check_timeout_s: float = Field(default=30.0, gt=0)
+    graceful_shutdown_timeout_s: float = Field(
+        default=60.0, ge=0, description="How long a replica being removed may finish in-flight requests."
+    )
+    routing_stats_period_s: float = Field(
+        default=1.0, gt=0, description="How often replicas report load to the router."
+    )
+    router: RouterConfig = Field(default_factory=RouterConfig, description="Placement policy of this pool.")
+
+
+class PoolConfig(BaseModel):
+    """A group of identical replicas: one engine configuration, scaled together."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=POOL_NAME_PATTERN, description="Pool name; also the deployment name suffix.")
+    description: str = ""
+    engine: EngineConfig
+    deployment: DeploymentOptions = Field(default_factory=DeploymentOptions)
+    gpu_hour_usd: float = Field(
+        default=0.0, ge=0, description="Price of one GPU-hour (for CPU pools: of one replica-hour)."
+    )
+
+
+class ServerConfig(BaseModel):
+    """The OpenAI-compatible front door."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    served_model_name: str = Field(default="smollm2-135m-instruct", min_length=1, description="The `model` id.")
+    api_key_env: str | None = Field(
+        default="DSPINE_API_KEY",
+        description="Environment variable holding the API key; when it is set and non-empty, requests need "
+        "`Authorization: Bearer <key>`.",
+    )
+    default_max_tokens: int = Field(default=512, ge=1, description="max_tokens when a request gives none.")
+    max_request_bytes: int = Field(default=4_000_000, ge=1024, description="Largest request body accepted.")
+    retry_after_s: int = Field(default=1, ge=1, description="Retry-After on 429/503 answers.")
+    allow_pool_header: bool = Field(
+        default=True, description="Honour an `x-dspine-pool` request header that names the pool to use."
+    )
+    request_timeout_s: float = Field(default=600.0, gt=0, description="Longest a request may take end to end.")
+
+
+class AppConfig(BaseModel):
+    """Everything `build_app` needs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    pools: list[PoolConfig] = Field(min_length=1)
+    traffic: TrafficConfig
+
+    @model_validator(mode="after")
+    def _check_references(self) -> "AppConfig":
+        names = [pool.name for pool in self.pools]
+        if len(set(names)) != len(names):
+            raise ValueError(f"pool names must be unique: {names}")
+        for rule in self.traffic.rules:
+            for pool in [rule.pool] + [arm.pool for arm in rule.arms]:
+                if pool not in names:
+                    raise ValueError(f"traffic rule names pool {pool!r}, which is not among pools {names}")
+        return self
+
+    def pool(self, name: str) -> PoolConfig:
+        for pool in self.pools:
+            if pool.name == name:
+                return pool
+        raise KeyError(name)

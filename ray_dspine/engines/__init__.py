@@ -1,0 +1,1 @@
+"""Engines behind one protocol: embedded (CPU), simulated (twin), sglang (GPU)."""

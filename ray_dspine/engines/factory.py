@@ -1,0 +1,21 @@
+"""Build the engine a pool's config names. Imports are deferred so a pool pays only for its engine."""
+
+from __future__ import annotations
+
+from .protocol import Engine
+
+
+def make_engine(config, pool_name: str = "pool") -> Engine:
+    if config.kind == "embedded":
+        from .embedded.engine import EmbeddedEngine
+
+        return EmbeddedEngine(config)
+    if config.kind == "simulated":
+        from .simulated.engine import SimulatedEngine
+
+        return SimulatedEngine(config)
+    if config.kind == "sglang":
+        from .sglang.engine import SGLangEngine
+
+        return SGLangEngine(config, pool_name=pool_name)
+    raise ValueError(f"unknown engine kind {config.kind!r}")

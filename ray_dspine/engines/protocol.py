@@ -1,0 +1,126 @@
+"""The one protocol every engine speaks (embedded, simulated, sglang).
+
+A replica holds one engine. The engine takes a typed `GenerateRequest` and yields `Chunk`s: text
+deltas, then one final chunk carrying `finish_reason` and `Usage` (speculation stats included).
+`load()` returns a `LoadSnapshot`, the headroom the router and the autoscaler read.
+
+Vocabulary: a *verify step* is one target forward that checks a drafted block (or, autoregressive,
+produces one token); *acceptance length* is tokens produced per verify step (1.0 without a drafter);
+`accept_histogram[k]` counts verify steps that produced k+1 tokens.
+"""
+
+from __future__ import annotations
+
+from typing import AsyncIterator, Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+ReasoningLevel = Literal["none", "low", "medium", "high", "xhigh"]
+REASONING_LEVELS: tuple[ReasoningLevel, ...] = ("none", "low", "medium", "high", "xhigh")
+DecodePath = Literal["speculative", "autoregressive"]
+FinishReason = Literal["stop", "length", "abort", "error"]
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    role: Literal["system", "user", "assistant", "tool", "developer"]
+    content: str | None = Field(default=None, description="Message text (tool-call turns may have none).")
+
+
+class GenerateRequest(BaseModel):
+    """What the ingress hands a pool's replica through a deployment handle."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    request_id: str
+    messages: list[ChatMessage] | None = Field(default=None, description="Chat request; exclusive with prompt.")
+    prompt: str | None = Field(default=None, description="Plain completion request; exclusive with messages.")
+    max_tokens: int = Field(ge=1, description="Most tokens to generate.")
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    seed: int | None = None
+    stop: list[str] = Field(default_factory=list)
+    reasoning_level: ReasoningLevel = "none"
+    session_id: str | None = Field(default=None, description="Sticky session key (header, user, or fingerprint).")
+    prefix_hashes: list[str] = Field(
+        default_factory=list, description="Chained hashes of the prompt's leading blocks, for prefix affinity."
+    )
+    estimated_prompt_tokens: int = Field(default=0, ge=0, description="Ingress estimate, for admission.")
+    pool: str = ""
+    arm: str = ""
+    clamp_max_tokens: bool = Field(
+        default=False, description="max_tokens was not given: shorten it to fit the context instead of refusing."
+    )
+    tools: list[dict] | None = Field(default=None, description="OpenAI tool schemas, for engines that serve tools.")
+
+
+class Usage(BaseModel):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    verify_steps: int = Field(default=0, description="Target forward passes that produced tokens.")
+    accept_length: float = Field(default=0.0, description="completion_tokens / verify_steps.")
+    accept_histogram: list[int] = Field(
+        default_factory=list, description="Index k counts verify steps that produced k+1 tokens."
+    )
+    path: DecodePath = "autoregressive"
+    cached_prompt_tokens: int = Field(default=0, description="Prompt tokens served from the prefix cache.")
+
+
+class Chunk(BaseModel):
+    text: str = ""
+    num_tokens: int = Field(default=0, description="Tokens this chunk carries.")
+    finish_reason: FinishReason | None = None
+    usage: Usage | None = None
+    error: str | None = Field(default=None, description="Set on a refused or failed request.")
+    error_status: int | None = Field(default=None, description="HTTP status for the error (4xx refused, 5xx failed).")
+    error_param: str | None = Field(default=None, description="The request field the error is about.")
+    replica: str | None = Field(default=None, description="Set on the first chunk by the replica that serves it.")
+    path: DecodePath | None = Field(default=None, description="Set on the first chunk: how it is decoded.")
+
+
+class LoadSnapshot(BaseModel):
+    """A replica's headroom, reported through `record_routing_stats` (as a dict)."""
+
+    healthy: bool = True
+    total_kv_tokens: int = 0
+    free_kv_tokens: int = 0
+    total_state_slots: int = 0
+    free_state_slots: int = 0
+    state_slots_per_request: int = Field(default=1, description="Slots one request takes (speculation adds).")
+    num_running: int = 0
+    num_queued: int = 0
+    accept_length_ema: float = 1.0
+    drafter_active: bool = False
+    draft_vram_gb: float = Field(default=0.0, description="VRAM the drafter holds (weights + its KV).")
+    engine: str = ""
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """Engines are constructed cheaply; `start()` loads weights or spawns a server."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    def generate(self, request: GenerateRequest) -> AsyncIterator[Chunk]: ...
+
+    def load(self) -> LoadSnapshot: ...
+
+    def describe(self) -> dict:
+        """Engine arguments and model/draft file hashes, for benchmark receipts."""
+        ...
+
+    def set_drafter_enabled(self, enabled: bool) -> None: ...
+
+
+class EngineError(Exception):
+    """A request the engine refuses; `status` is the HTTP status the ingress should answer with."""
+
+    def __init__(self, message: str, *, status: int = 400, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.param = param
+        self.code = code

@@ -1,0 +1,166 @@
+"""Translate between the engine protocol and SGLang's OpenAI-compatible HTTP API.
+
+Request: chat requests go to `/v1/chat/completions`, prompt requests to `/v1/completions`, always with
+`stream: true`, `stream_options: {include_usage: true, continuous_usage_stats: true}`, `rid` = request_id
+(so `/abort_request` can find it) and `return_spec_tokens_details: true`. Reasoning level "none" sends
+`chat_template_kwargs: {enable_thinking: false}`; other levels send `reasoning_effort: <level>`.
+
+Facts this rests on (SGLang mainline, python/sglang/srt/entrypoints/openai/): the OpenAI layer copies
+only `weight_version` out of the native `meta_info`, so `return_meta_info` does not exist there; since
+sgl-project/sglang#33518 ("feat(api): add sglext_spec") a request with `return_spec_tokens_details: true`
+gets `sglext.spec_tokens_details` = {spec_verify_ct, spec_accept_length, spec_accept_rate,
+spec_num_correct_drafts, spec_num_proposed_drafts, spec_correct_drafts_histogram} built from meta_info
+(utils.spec_tokens_details_from_meta_info); when streaming it arrives in its own `choices: []` chunk
+after the content chunks and before the usage chunk. Older meta_info spells the histogram
+`spec_accept_histogram`; both are read. Without a drafter there are no spec keys and no sglext chunk.
+
+Rules:
+  num_tokens     per content chunk = delta of the cumulative `usage.completion_tokens` (continuous usage
+                 stats); a content chunk without usage counts 1.
+  verify steps   spec_verify_ct when spec details arrive with spec_verify_ct > 0 (path "speculative");
+                 otherwise completion_tokens (one token per target forward, path "autoregressive").
+  accept length  completion_tokens / verify_steps (SGLang's own identity for spec_accept_length).
+  histogram      accept_histogram[k] = spec_correct_drafts_histogram[k]: verify steps with k accepted draft
+                 tokens, i.e. k + 1 produced tokens; autoregressive: [completion_tokens].
+  finish         stop / tool_calls -> "stop", length -> "length", abort -> "abort"; an error event -> "error".
+  reasoning      SGLang's `reasoning_content` deltas are returned inline between <think> and </think> (how
+                 Qwen3 writes them without a parser), since a Chunk has only `text`.
+  tool calls     `delta.tool_calls` (from --tool-call-parser) are counted, not forwarded: a Chunk has no field
+                 for them yet.
+Complexity: O(1) per event.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..protocol import Chunk, GenerateRequest, Usage
+
+THINK_OPEN, THINK_CLOSE = "<think>\n", "\n</think>\n\n"
+
+
+def endpoint_for(request: GenerateRequest) -> str:
+    return "/v1/chat/completions" if request.messages is not None else "/v1/completions"
+
+
+def build_payload(request: GenerateRequest, model: str) -> dict[str, Any]:
+    payload: dict[str, Any] = {
+        "model": model,
+        "max_tokens": request.max_tokens,
+        "temperature": request.temperature,
+        "top_p": request.top_p,
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        "return_spec_tokens_details": True,
+        "rid": request.request_id,
+    }
+    if request.seed is not None:
+        payload["seed"] = request.seed
+    if request.stop:
+        payload["stop"] = list(request.stop)
+    if request.messages is None:
+        payload["prompt"] = request.prompt or ""
+        return payload
+    payload["messages"] = [message.model_dump(exclude_none=True) for message in request.messages]
+    if request.tools:
+        payload["tools"] = request.tools
+    if request.reasoning_level == "none":
+        payload["chat_template_kwargs"] = {"enable_thinking": False}
+    else:
+        payload["reasoning_effort"] = request.reasoning_level
+    return payload
+
+
+def usage_from(completion_tokens: int, prompt_tokens: int, cached_tokens: int, spec: dict | None) -> Usage:
+    """Final usage of one request, by the rules above."""
+    verify = int(spec.get("spec_verify_ct") or 0) if spec else 0
+    if verify > 0:
+        histogram = spec.get("spec_correct_drafts_histogram") or spec.get("spec_accept_histogram") or []
+        steps, path, histogram = verify, "speculative", [int(count) for count in histogram]
+    else:
+        steps, path, histogram = completion_tokens, "autoregressive", ([completion_tokens] if completion_tokens else [])
+    return Usage(
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        total_tokens=prompt_tokens + completion_tokens,
+        verify_steps=steps,
+        accept_length=round(completion_tokens / steps, 4) if steps else 0.0,
+        accept_histogram=histogram,
+        path=path,
+        cached_prompt_tokens=cached_tokens,
+    )
+
+
+_FINISH = {"stop": "stop", "tool_calls": "stop", "length": "length", "abort": "abort"}
+
+
+class StreamMapper:
+    """Feed it SGLang's SSE events (decoded JSON) in order; it returns the Chunks to yield."""
+
+    def __init__(self) -> None:
+        self.completion_tokens = 0
+        self.prompt_tokens = 0
+        self.cached_tokens = 0
+        self.spec: dict | None = None
+        self.finish_reason: str | None = None
+        self.error: Chunk | None = None
+        self.num_tool_call_deltas = 0  # parsed tool calls a Chunk cannot carry yet (see module docstring)
+        self._in_reasoning = False
+
+    def feed(self, event: dict[str, Any]) -> list[Chunk]:
+        if "error" in event and not event.get("choices"):
+            return [self._error_chunk(event["error"])]
+        if event.get("object") == "error":
+            return [self._error_chunk(event)]
+        sglext = event.get("sglext") or {}
+        if isinstance(sglext.get("spec_tokens_details"), dict):
+            self.spec = sglext["spec_tokens_details"]
+        usage = event.get("usage") or None
+        previous = self.completion_tokens
+        if usage:
+            self.completion_tokens = int(usage.get("completion_tokens") or 0)
+            self.prompt_tokens = int(usage.get("prompt_tokens") or 0)
+            details = usage.get("prompt_tokens_details") or {}
+            self.cached_tokens = int(details.get("cached_tokens") or 0)
+        choices = event.get("choices") or []
+        if not choices:
+            return []
+        choice = choices[0]
+        text = self._text_of(choice)
+        if choice.get("finish_reason"):
+            self.finish_reason = _FINISH.get(choice["finish_reason"], "stop")
+            if self._in_reasoning:
+                text, self._in_reasoning = text + THINK_CLOSE, False
+        num_tokens = self.completion_tokens - previous if usage else (1 if text else 0)
+        if not text and num_tokens <= 0:
+            return []
+        return [Chunk(text=text, num_tokens=max(0, num_tokens))]
+
+    def finish(self) -> Chunk:
+        """The last chunk: finish reason and usage (call after the stream ends with [DONE])."""
+        if self.error is not None:
+            return self.error
+        usage = usage_from(self.completion_tokens, self.prompt_tokens, self.cached_tokens, self.spec)
+        return Chunk(finish_reason=self.finish_reason or "stop", usage=usage)
+
+    def _text_of(self, choice: dict[str, Any]) -> str:
+        if "delta" not in choice:
+            return choice.get("text") or ""
+        delta = choice["delta"] or {}
+        self.num_tool_call_deltas += len(delta.get("tool_calls") or [])
+        reasoning, content = delta.get("reasoning_content") or "", delta.get("content") or ""
+        text = ""
+        if reasoning:
+            text += ("" if self._in_reasoning else THINK_OPEN) + reasoning
+            self._in_reasoning = True
+        if content:
+            text += (THINK_CLOSE if self._in_reasoning else "") + content
+            self._in_reasoning = False
+        return text
+
+    def _error_chunk(self, body: Any) -> Chunk:
+        message = body.get("message", str(body)) if isinstance(body, dict) else str(body)
+        code = body.get("code") if isinstance(body, dict) else None
+        status = code if isinstance(code, int) and 400 <= code <= 599 else 500
+        self.error = Chunk(finish_reason="error", error=f"SGLang: {message}", error_status=status)
+        return self.error

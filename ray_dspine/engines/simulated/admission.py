@@ -1,0 +1,79 @@
+"""Admission of one request into a simulated replica: refuse, wait, or reserve (never over-commit).
+
+Rules (P = prompt tokens, M = max_tokens, B = block tokens, K = total_kv_tokens, S = state slots,
+s = slots per request; memory accounting in kv_pool.py, cache rules in prefix_cache.py):
+  refuse:  P + M > K, or s > S: the request could never run, even alone on an empty replica.
+  hit:     h = min(leading cached blocks among the prompt's floor(P / B) full blocks, floor((P - 1) / B))
+           (at least one prompt token is always prefilled, to produce the first token).
+  wait:    if free slots < s ("state_slots"), else if free + evictable-not-hit < P - h * B + M ("memory").
+  reserve: pin the h hit blocks, evict least-recently-used unreferenced blocks only for what is
+           missing, then reserve R = P - h * B + M tokens and s slots. Afterwards free >= 0 always.
+Parameters: B >= 1 tokens; K >= 1 tokens; S, s >= 1.
+Complexity: O(full prompt blocks) per call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from ray_dspine.engines.protocol import EngineError
+from ray_dspine.engines.simulated.config import SimulatedEngineConfig
+from ray_dspine.engines.simulated.kv_pool import MemoryPools
+from ray_dspine.engines.simulated.prefix_cache import PrefixCache
+from ray_dspine.engines.simulated.request import SimRequest
+
+WaitReason = Literal["state_slots", "memory"]
+
+
+@dataclass(frozen=True)
+class AdmissionPlan:
+    hit_hashes: tuple[str, ...]
+    cached_tokens: int
+    private_kv_tokens: int
+
+
+def refusal(request: SimRequest, config: SimulatedEngineConfig) -> EngineError | None:
+    """Why the request can never run here, or None."""
+    need = request.prompt_tokens + request.max_tokens
+    if need > config.total_kv_tokens:
+        return EngineError(
+            f"prompt {request.prompt_tokens} + max_tokens {request.max_tokens} = {need} tokens exceeds the "
+            f"replica's {config.total_kv_tokens} KV tokens (simulated)",
+            status=400,
+            param="max_tokens",
+            code="context_length_exceeded",
+        )
+    if config.state_slots_per_request > config.num_state_slots:
+        return EngineError(
+            f"a request needs {config.state_slots_per_request} state slots; the replica has "
+            f"{config.num_state_slots} (simulated)",
+            status=503,
+        )
+    return None
+
+
+def plan_admission(
+    request: SimRequest, cache: PrefixCache, pools: MemoryPools
+) -> AdmissionPlan | WaitReason:
+    if not pools.slots_fit():
+        return "state_slots"
+    B = cache.block_tokens
+    full_block_hashes = request.prefix_block_hashes[: request.prompt_tokens // B]
+    num_hit = min(cache.match(full_block_hashes), (request.prompt_tokens - 1) // B)
+    hit_hashes = full_block_hashes[:num_hit]
+    private = request.prompt_tokens - num_hit * B + request.max_tokens
+    if not pools.kv_fits(private, cache.cached_tokens, cache.evictable_tokens_excluding(hit_hashes)):
+        return "memory"
+    return AdmissionPlan(hit_hashes=hit_hashes, cached_tokens=num_hit * B, private_kv_tokens=private)
+
+
+def commit_admission(plan: AdmissionPlan, cache: PrefixCache, pools: MemoryPools) -> None:
+    cache.pin(plan.hit_hashes)
+    missing = plan.private_kv_tokens - pools.free_kv_tokens(cache.cached_tokens)
+    if missing > 0:
+        cache.evict(missing)
+    pools.reserve(plan.private_kv_tokens)
+    if pools.free_kv_tokens(cache.cached_tokens) < 0:
+        raise RuntimeError("KV pool over-committed: the admission rule is broken")
+    pools.record_peaks(cache.cached_tokens, cache.evictable_tokens)

@@ -1,0 +1,290 @@
+"""The clock-free core of a simulated replica: admission, prefix cache, batched steps, events.
+
+Rules (times in simulated seconds; the caller advances time explicitly, the core never reads a clock):
+  steps:     one step runs at a time and cannot be interrupted; the next starts the moment the last
+             ends (or at submit, when idle). At each step start the core first admits, then runs
+               - a prefill step for the oldest admitted, unprefilled request if there is one
+                 (prefill first, as SGLang's default scheduler; one request per prefill step,
+                 no chunking), producing its first token, else
+               - one decode step over every decoding request (continuous batching): a verify step
+                 (k in 1..D tokens each, see acceptance.py) while the drafter is active, otherwise an
+                 autoregressive step (1 token each); durations from step_model.py.
+             Requests arriving mid-step join at the next step boundary.
+  admission: first come first served; the head of the queue blocks those behind it (no starvation);
+             refusal, hits, waiting and reservation in admission.py (memory in kv_pool.py, cache in
+             prefix_cache.py); a request that can never run is refused at submit.
+  counting:  verify_steps counts every target forward that produced tokens for the request,
+             the prefill's first token included, so acceptance length = completion / verify_steps
+             is exactly 1.0 autoregressive; accept_histogram[k] counts steps that produced k + 1.
+             A step's tokens are capped by the request's remaining max_tokens.
+  EMA:       after each decode step, ema = (1 - w) * ema + w * (tokens in step / requests in step).
+  path:      'autoregressive' if any of the request's steps ran without the drafter, else 'speculative'.
+  time:      submit/cancel/advance_to take now_s >= the last time seen; steps ending at or before
+             now_s complete first, so call order cannot break causality. Events of steps completed
+             inside submit are returned by the next advance_to.
+Parameters: see SimulatedEngineConfig and SimProfile.
+Complexity: O(n) per step over n running requests; O(blocks) per admission; O(1) next_event_s.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from ray_dspine.engines.protocol import EngineError, LoadSnapshot
+from ray_dspine.engines.simulated.acceptance import AcceptanceModel
+from ray_dspine.engines.simulated.admission import (
+    AdmissionPlan,
+    WaitReason,
+    commit_admission,
+    plan_admission,
+    refusal,
+)
+from ray_dspine.engines.simulated.config import SimulatedEngineConfig
+from ray_dspine.engines.simulated.kv_pool import MemoryPools
+from ray_dspine.engines.simulated.prefix_cache import PrefixCache
+from ray_dspine.engines.simulated.profile import SimProfile
+from ray_dspine.engines.simulated.request import RunningRequest, SimCounters, SimEvent, SimEventKind, SimRequest
+from ray_dspine.engines.simulated.step_model import decode_step_ms, prefill_step_ms, verify_step_ms
+
+
+@dataclass
+class _Step:
+    kind: str  # "prefill" | "decode" | "verify"
+    start_s: float
+    end_s: float
+    request_ids: list[str]
+
+
+class SimReplicaCore:
+    def __init__(self, config: SimulatedEngineConfig, profile: SimProfile, rng: random.Random):
+        self.config = config
+        self.profile = profile
+        self._rng = rng
+        self._drafter = profile.drafter_profile(config.drafter)
+        self._acceptance = (
+            None
+            if self._drafter is None
+            else AcceptanceModel(
+                profile.accept_length_mean(config.drafter, config.workload),
+                self._drafter.per_request_cv,
+                self._drafter.draft_tokens,
+            )
+        )
+        self._histogram_len = 1 if self._drafter is None else self._drafter.draft_tokens
+        self._pools = MemoryPools(config.total_kv_tokens, config.num_state_slots, config.state_slots_per_request)
+        self._cache = PrefixCache(config.prefix_block_tokens)
+        self._queue: OrderedDict[str, SimRequest] = OrderedDict()
+        self._waited: set[str] = set()
+        self._prefilling: OrderedDict[str, RunningRequest] = OrderedDict()
+        self._decoding: dict[str, RunningRequest] = {}
+        self._step: _Step | None = None
+        self._now_s = 0.0
+        self._pending: list[SimEvent] = []
+        self._drafter_enabled = True
+        self._base_seed: int | None = None
+        self._accept_ema = 1.0
+        self._counters = SimCounters()
+
+    # ---- time -------------------------------------------------------------------------------
+    @property
+    def now_s(self) -> float:
+        return self._now_s
+
+    def next_event_s(self) -> float | None:
+        """When the running step ends (its events become due); None when idle."""
+        return None if self._step is None else self._step.end_s
+
+    def advance_to(self, now_s: float) -> list[SimEvent]:
+        """Complete every step ending at or before now_s; return the events, oldest first."""
+        self._run_until(now_s)
+        events, self._pending = self._pending, []
+        return events
+
+    def _run_until(self, now_s: float) -> None:
+        if now_s < self._now_s:
+            raise ValueError(f"time went backwards: {now_s} < {self._now_s}")
+        while self._step is not None and self._step.end_s <= now_s:
+            step, self._step = self._step, None
+            self._now_s = step.end_s
+            self._complete(step)
+            self._start_next_step(step.end_s)
+        self._now_s = now_s
+
+    # ---- requests -----------------------------------------------------------------------------
+    def submit(self, request: SimRequest, now_s: float) -> None:
+        self._run_until(now_s)
+        rid = request.request_id
+        if rid in self._queue or rid in self._prefilling or rid in self._decoding:
+            raise EngineError(f"request id {rid!r} is already on this replica", status=409, code="duplicate_id")
+        refused = refusal(request, self.config)
+        if refused is not None:
+            raise refused
+        if self._base_seed is None:
+            self._base_seed = self._rng.getrandbits(63)
+        self._queue[rid] = request
+        self._counters.num_submitted += 1
+        if self._step is None:
+            self._start_next_step(now_s)
+
+    def cancel(self, request_id: str) -> bool:
+        """Drop a request wherever it is and free its memory; False if unknown or already done."""
+        run = self._prefilling.pop(request_id, None) or self._decoding.pop(request_id, None)
+        if run is not None:
+            self._release(run)
+        elif self._queue.pop(request_id, None) is None:
+            return False
+        self._waited.discard(request_id)
+        self._counters.num_cancelled += 1
+        return True
+
+    # ---- drafter ------------------------------------------------------------------------------
+    @property
+    def drafter_active(self) -> bool:
+        return self._drafter is not None and self._drafter_enabled
+
+    def set_drafter_enabled(self, enabled: bool) -> None:
+        """Takes effect from the next step; without a configured drafter it stays inactive."""
+        self._drafter_enabled = enabled
+
+    # ---- scheduling ---------------------------------------------------------------------------
+    def _admit(self) -> None:
+        while self._queue and len(self._prefilling) + len(self._decoding) < self.config.max_running_requests:
+            rid, req = next(iter(self._queue.items()))
+            plan = plan_admission(req, self._cache, self._pools)
+            if not isinstance(plan, AdmissionPlan):
+                self._note_wait(rid, plan)
+                return
+            del self._queue[rid]
+            self._waited.discard(rid)
+            commit_admission(plan, self._cache, self._pools)
+            acceptance = None if self._acceptance is None else self._acceptance.for_request(self._base_seed or 0, rid)
+            self._prefilling[rid] = RunningRequest(
+                request=req,
+                cached_tokens=plan.cached_tokens,
+                private_kv_tokens=plan.private_kv_tokens,
+                pinned_hashes=list(plan.hit_hashes),
+                acceptance=acceptance,
+                histogram=[0] * self._histogram_len,
+            )
+            c = self._counters
+            c.num_admitted += 1
+            c.num_prefix_hit_tokens += plan.cached_tokens
+            c.num_prefill_tokens += req.prompt_tokens - plan.cached_tokens
+
+    def _note_wait(self, rid: str, reason: WaitReason) -> None:
+        if rid in self._waited:
+            return
+        self._waited.add(rid)
+        if reason == "memory":
+            self._counters.num_waited_for_memory += 1
+        else:
+            self._counters.num_waited_for_state_slots += 1
+
+    def _start_next_step(self, t: float) -> None:
+        self._admit()
+        if self._prefilling:
+            rid, run = next(iter(self._prefilling.items()))
+            ms = prefill_step_ms(self.profile, run.request.prompt_tokens - run.cached_tokens)
+            kind, ids = "prefill", [rid]
+        elif self._decoding:
+            n = len(self._decoding)
+            context = sum(run.context_tokens for run in self._decoding.values())
+            if self.drafter_active:
+                assert self._drafter is not None
+                kind, ms = "verify", verify_step_ms(self.profile, self._drafter, n, context)
+            else:
+                kind, ms = "decode", decode_step_ms(self.profile, n, context)
+            ids = list(self._decoding)
+        else:
+            return
+        self._step = _Step(kind=kind, start_s=t, end_s=t + ms / 1000.0, request_ids=ids)
+
+    def _complete(self, step: _Step) -> None:
+        c = self._counters
+        c.busy_s += step.end_s - step.start_s
+        t = step.end_s
+        if step.kind == "prefill":
+            c.num_prefill_steps += 1
+            run = self._prefilling.pop(step.request_ids[0], None)
+            if run is not None:
+                self._complete_prefill(run, t)
+            return
+        speculative = step.kind == "verify"
+        c.num_verify_steps += speculative
+        c.num_decode_steps += not speculative
+        num_tokens = num_requests = 0
+        for rid in step.request_ids:
+            run = self._decoding.get(rid)
+            if run is None:  # cancelled mid-step
+                continue
+            drawn = run.acceptance.draw() if speculative and run.acceptance is not None else 1
+            k = min(drawn, run.num_remaining)
+            run.used_autoregressive |= not speculative
+            run.record_step(k)
+            num_tokens += k
+            num_requests += 1
+            self._emit_tokens(run, "tokens", k, t)
+        if num_requests:
+            w = self.config.accept_ema_weight
+            self._accept_ema = (1.0 - w) * self._accept_ema + w * (num_tokens / num_requests)
+
+    def _complete_prefill(self, run: RunningRequest, t: float) -> None:
+        req = run.request
+        B = self.config.prefix_block_tokens
+        new_hashes = req.prefix_block_hashes[run.cached_tokens // B : req.prompt_tokens // B]
+        for block_hash in new_hashes:  # this prefill's full blocks move from the request to the cache
+            self._cache.insert(block_hash)
+            self._pools.shrink(B)
+            run.private_kv_tokens -= B
+            run.pinned_hashes.append(block_hash)
+        run.used_autoregressive = not self.drafter_active
+        run.record_step(1)
+        self._decoding[req.request_id] = run
+        self._emit_tokens(run, "first_token", 1, t)
+
+    def _emit_tokens(self, run: RunningRequest, kind: SimEventKind, k: int, t: float) -> None:
+        rid = run.request.request_id
+        self._counters.num_output_tokens += k
+        self._pending.append(SimEvent(kind=kind, request_id=rid, time_s=t, num_tokens=k))
+        if run.num_remaining == 0:
+            del self._decoding[rid]
+            self._release(run)
+            self._counters.num_finished += 1
+            self._pending.append(
+                SimEvent(kind="finished", request_id=rid, time_s=t, usage=run.usage(), finish_reason="length")
+            )
+
+    def _release(self, run: RunningRequest) -> None:
+        self._pools.release(run.private_kv_tokens)
+        self._cache.unpin(run.pinned_hashes)
+
+    # ---- observation --------------------------------------------------------------------------
+    def load(self) -> LoadSnapshot:
+        cached = self._cache.cached_tokens
+        return LoadSnapshot(
+            healthy=True,
+            total_kv_tokens=self.config.total_kv_tokens,
+            free_kv_tokens=self._pools.free_kv_tokens(cached) + self._cache.evictable_tokens,
+            total_state_slots=self.config.num_state_slots,
+            free_state_slots=self._pools.free_state_slots,
+            state_slots_per_request=self.config.state_slots_per_request,
+            num_running=len(self._prefilling) + len(self._decoding),
+            num_queued=len(self._queue),
+            accept_length_ema=self._accept_ema,
+            drafter_active=self.drafter_active,
+            draft_vram_gb=0.0 if self._drafter is None else self._drafter.draft_vram_gb,
+            engine="simulated",
+        )
+
+    def counters(self) -> SimCounters:
+        snapshot = self._counters.model_copy()
+        snapshot.num_evicted_blocks = self._cache.num_evicted_blocks
+        snapshot.peak_kv_utilization = self._pools.peak_kv_utilization
+        snapshot.peak_state_utilization = self._pools.peak_state_utilization
+        return snapshot
+
+    @property
+    def prefix_cache(self) -> PrefixCache:
+        return self._cache

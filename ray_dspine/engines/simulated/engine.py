@@ -1,0 +1,172 @@
+"""The simulated engine in real time: a thin asyncio driver around SimReplicaCore.
+
+Rule: simulated time s and wall time w are tied by s = (clock() - clock_at_start) / time_scale.
+One background task loops: complete every step due by s, hand its events to the requests' queues,
+then sleep (next_event_s - s) * time_scale wall seconds, or wait for a submit when idle. A submit
+never makes a running step end sooner (steps are not preempted), so sleeping is never too long.
+A request's stream ends with one chunk carrying finish_reason and usage; closing the stream early
+(client disconnect) cancels the request in the core, which frees its memory at once.
+If the loop falls behind (a busy CPU), simulated time still runs on: events come late, in order,
+with the simulated timeline unchanged.
+Parameters: time_scale in (0, 1000] wall s per simulated s.
+Complexity: O(events) per wake-up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from ray_dspine.engines.protocol import Chunk, EngineError, GenerateRequest, LoadSnapshot
+from ray_dspine.engines.simulated.config import SimulatedEngineConfig
+from ray_dspine.engines.simulated.core import SimReplicaCore
+from ray_dspine.engines.simulated.profile import SimProfile, load_profile
+from ray_dspine.engines.simulated.request import SimEvent, SimRequest
+from ray_dspine.engines.simulated.text import simulated_text
+
+SIMULATED_NOTE = "simulated engine: no model runs; timings and acceptance are a calibrated model, not measurements"
+
+
+def to_sim_request(request: GenerateRequest) -> SimRequest:
+    """Prompt tokens: the ingress estimate, else len(text) // 4; output length: max_tokens."""
+    prompt_tokens = request.estimated_prompt_tokens
+    if prompt_tokens <= 0:
+        text = request.prompt or "".join(m.content or "" for m in request.messages or [])
+        prompt_tokens = len(text) // 4
+    return SimRequest(
+        request_id=request.request_id,
+        prompt_tokens=max(1, prompt_tokens),
+        max_tokens=request.max_tokens,
+        prefix_block_hashes=tuple(request.prefix_hashes),
+        session_id=request.session_id,
+    )
+
+
+class SimulatedEngine:
+    def __init__(
+        self,
+        config: SimulatedEngineConfig,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+        profile: SimProfile | None = None,
+        rng: random.Random | None = None,
+    ):
+        self.config = config
+        self._clock = clock
+        self._sleep = sleep
+        self._profile = profile
+        self._rng = rng
+        self._core: SimReplicaCore | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._wake: asyncio.Event | None = None
+        self._queues: dict[str, asyncio.Queue[SimEvent | None]] = {}
+        self._clock_at_start = 0.0
+        self._drafter_enabled = True
+        self._failure: str | None = None
+
+    @property
+    def core(self) -> SimReplicaCore | None:
+        return self._core
+
+    def sim_now_s(self) -> float:
+        return (self._clock() - self._clock_at_start) / self.config.time_scale
+
+    async def start(self) -> None:
+        if self._task is not None:
+            return
+        if self._profile is None:
+            self._profile = load_profile(self.config.profile)
+        self._core = SimReplicaCore(self.config, self._profile, self._rng or random.Random(self.config.seed))
+        self._core.set_drafter_enabled(self._drafter_enabled)
+        self._clock_at_start = self._clock()
+        self._wake = asyncio.Event()
+        self._task = asyncio.create_task(self._drive(), name="simulated-engine-driver")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for queue in self._queues.values():
+            queue.put_nowait(None)
+
+    async def _drive(self) -> None:
+        assert self._core is not None and self._wake is not None
+        try:
+            while True:
+                self._dispatch(self._core.advance_to(self.sim_now_s()))
+                next_s = self._core.next_event_s()
+                if next_s is None:
+                    self._wake.clear()
+                    await self._wake.wait()
+                else:
+                    await self._sleep(max(0.0, (next_s - self.sim_now_s()) * self.config.time_scale))
+        except Exception as exc:  # a broken core must not leave streams hanging; load() turns unhealthy
+            self._failure = f"{type(exc).__name__}: {exc}"
+            for queue in self._queues.values():
+                queue.put_nowait(None)
+
+    def _dispatch(self, events: list[SimEvent]) -> None:
+        for event in events:
+            queue = self._queues.get(event.request_id)
+            if queue is not None:
+                queue.put_nowait(event)
+
+    async def generate(self, request: GenerateRequest) -> AsyncIterator[Chunk]:
+        core, wake = self._core, self._wake
+        if core is None or wake is None or self._task is None or self._failure is not None:
+            raise EngineError(f"simulated engine is not running ({self._failure or 'not started'})", status=503)
+        rid = request.request_id
+        if rid in self._queues:
+            raise EngineError(f"request id {rid!r} is already streaming", status=409, code="duplicate_id")
+        sim_request = to_sim_request(request)
+        now_s = self.sim_now_s()
+        self._dispatch(core.advance_to(now_s))
+        queue: asyncio.Queue[SimEvent | None] = asyncio.Queue()
+        core.submit(sim_request, now_s)  # raises EngineError when it can never fit
+        self._queues[rid] = queue
+        wake.set()
+        finished, index = False, 0
+        try:
+            while True:
+                event = await queue.get()
+                if event is None:
+                    finished = True
+                    yield Chunk(finish_reason="abort", error=f"simulated engine stopped ({self._failure or 'stop'})")
+                    return
+                if event.kind == "finished":
+                    finished = True
+                    yield Chunk(finish_reason=event.finish_reason, usage=event.usage)
+                    return
+                yield Chunk(text=simulated_text(rid, index, event.num_tokens), num_tokens=event.num_tokens)
+                index += event.num_tokens
+        finally:
+            self._queues.pop(rid, None)
+            if not finished:
+                core.cancel(rid)
+
+    def load(self) -> LoadSnapshot:
+        if self._core is None:
+            return LoadSnapshot(healthy=False, engine="simulated")
+        snapshot = self._core.load()
+        snapshot.healthy = self._failure is None and self._task is not None
+        return snapshot
+
+    def describe(self) -> dict:
+        return {
+            "engine": "simulated",
+            "simulated": True,
+            "note": SIMULATED_NOTE,
+            "config": self.config.model_dump(),
+            "profile": None if self._profile is None else self._profile.model_dump(),
+            "counters": None if self._core is None else self._core.counters().model_dump(),
+        }
+
+    def set_drafter_enabled(self, enabled: bool) -> None:
+        self._drafter_enabled = enabled
+        if self._core is not None:
+            self._core.set_drafter_enabled(enabled)

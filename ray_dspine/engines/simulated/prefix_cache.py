@@ -1,0 +1,91 @@
+"""Prefix cache of a simulated replica: KV blocks keyed by chained block hashes, LRU eviction.
+
+Rules (B = prefix_block_tokens; hashes are chained, so block i's hash names the whole prefix 0..i):
+  hit:    h = the longest leading run of a request's block hashes present in the cache;
+          cached prompt tokens = h * B (the core caps h so at least one prompt token is prefilled).
+  pin:    blocks a running request uses (hit or inserted by its prefill) have ref_count >= 1 and are
+          never evicted; when its last user ends a block joins the LRU list of evictable blocks.
+  unpin:  a request's blocks are released deepest-first, so a parent block is always more recent
+          than its children and eviction removes leaves before the prefixes they extend.
+  evict:  to free T tokens, drop the least recently released unreferenced blocks, oldest first,
+          until >= T tokens are freed or none is left; each dropped block counts one eviction.
+  size:   cached tokens = B * number of blocks (pinned + evictable).
+Parameters: B in [1, 65536] tokens.
+Complexity: match/pin/unpin O(blocks of the request); evict O(blocks evicted); dict + OrderedDict.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+
+
+class PrefixCache:
+    def __init__(self, block_tokens: int):
+        self.block_tokens = block_tokens
+        self._ref_counts: dict[str, int] = {}
+        self._evictable: OrderedDict[str, None] = OrderedDict()  # ref_count 0, least recent first
+        self.num_evicted_blocks = 0
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self._ref_counts)
+
+    @property
+    def cached_tokens(self) -> int:
+        return len(self._ref_counts) * self.block_tokens
+
+    @property
+    def evictable_tokens(self) -> int:
+        return len(self._evictable) * self.block_tokens
+
+    def contains(self, block_hash: str) -> bool:
+        return block_hash in self._ref_counts
+
+    def ref_count(self, block_hash: str) -> int:
+        return self._ref_counts.get(block_hash, 0)
+
+    def match(self, block_hashes: Sequence[str]) -> int:
+        """Number of leading hashes present (h)."""
+        num_hit = 0
+        for block_hash in block_hashes:
+            if block_hash not in self._ref_counts:
+                break
+            num_hit += 1
+        return num_hit
+
+    def evictable_tokens_excluding(self, block_hashes: Sequence[str]) -> int:
+        """Evictable tokens left if these (present) blocks were pinned first."""
+        num_would_pin = sum(1 for h in set(block_hashes) if h in self._evictable)
+        return self.evictable_tokens - num_would_pin * self.block_tokens
+
+    def pin(self, block_hashes: Sequence[str]) -> None:
+        for block_hash in block_hashes:
+            self._ref_counts[block_hash] += 1
+            self._evictable.pop(block_hash, None)
+
+    def insert(self, block_hash: str) -> bool:
+        """Add a block pinned once by its inserter; True if new, False if it was there (then pinned)."""
+        if block_hash in self._ref_counts:
+            self.pin([block_hash])
+            return False
+        self._ref_counts[block_hash] = 1
+        return True
+
+    def unpin(self, block_hashes: Sequence[str]) -> None:
+        for block_hash in reversed(block_hashes):
+            count = self._ref_counts[block_hash] - 1
+            self._ref_counts[block_hash] = count
+            if count == 0:
+                self._evictable[block_hash] = None
+                self._evictable.move_to_end(block_hash)
+
+    def evict(self, num_tokens: int) -> int:
+        """Free at least num_tokens from unreferenced blocks if possible; returns tokens freed."""
+        freed = 0
+        while freed < num_tokens and self._evictable:
+            block_hash, _ = self._evictable.popitem(last=False)
+            del self._ref_counts[block_hash]
+            self.num_evicted_blocks += 1
+            freed += self.block_tokens
+        return freed

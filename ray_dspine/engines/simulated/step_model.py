@@ -1,0 +1,46 @@
+"""Step times of the simulated target + drafter, from a profile's coefficients.
+
+Rules (all times in ms; n = requests in the batch, C = their context tokens in all, D = draft block):
+  decode  (autoregressive, 1 token per request):
+      t_decode(n, C) = base_ms + per_running_ms * n + per_kv_token_ms * C
+  verify  (one drafted block per request, 1..D tokens per request):
+      t_verify(n, C, D) = t_decode(n, C) + draft_ms + verify_per_token_ms * n * (D - 1)
+  prefill (one request, its uncached prompt tokens P_u; cached context is free):
+      t_prefill(P_u) = base_ms + per_token_ms * P_u
+  reference throughput of a full batch with acceptance length a:  n * a / t.
+Parameters: n in [0, max_running_requests]; C >= 0 tokens; D in [1, 64]; coefficients >= 0 (profile).
+Complexity: O(1) per call.
+"""
+
+from __future__ import annotations
+
+from ray_dspine.engines.simulated.profile import DrafterProfile, SimProfile
+
+
+def decode_step_ms(profile: SimProfile, num_running: int, context_tokens: int) -> float:
+    d = profile.decode
+    return d.base_ms + d.per_running_ms * num_running + d.per_kv_token_ms * context_tokens
+
+
+def verify_step_ms(profile: SimProfile, drafter: DrafterProfile, num_running: int, context_tokens: int) -> float:
+    extra_query_tokens = num_running * (drafter.draft_tokens - 1)
+    return (
+        decode_step_ms(profile, num_running, context_tokens)
+        + drafter.draft_ms
+        + profile.verify_per_token_ms * extra_query_tokens
+    )
+
+
+def prefill_step_ms(profile: SimProfile, uncached_prompt_tokens: int) -> float:
+    return profile.decode.base_ms + profile.prefill.per_token_ms * uncached_prompt_tokens
+
+
+def reference_output_tok_s(profile: SimProfile, drafter: DrafterProfile | None, accept_length: float = 1.0) -> float:
+    """Output tokens/s of a full batch at the profile's calibration point (n * a / t)."""
+    cal = profile.calibration
+    n = cal.concurrency
+    context = n * cal.context_tokens_per_request
+    step_ms = (
+        decode_step_ms(profile, n, context) if drafter is None else verify_step_ms(profile, drafter, n, context)
+    )
+    return n * accept_length / (step_ms / 1000.0)

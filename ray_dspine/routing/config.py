@@ -1,0 +1,175 @@
+"""Router and traffic-policy configuration (the single typed source for `ray_dspine.routing`).
+
+`RouterConfig` is what a pool deployment's `request_router_config.request_router_kwargs` validates
+into; `TrafficConfig` is what the ingress uses to map a reasoning level and a session to a pool and
+an arm. Both are plain pydantic models: no I/O, JSON-serialisable, `extra="forbid"`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ray_dspine.engines.protocol import ReasoningLevel
+
+PolicyName = Literal["headroom", "cache_aware", "least_load", "pow2"]
+
+# Floating-point slack when checking that arm shares sum to at most 1.
+_SHARE_SUM_SLACK = 1e-9
+
+
+class ScorerWeights(BaseModel):
+    """Weight of each scorer in the headroom pipeline's weighted sum (0 turns a scorer off)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    session_affinity: float = Field(
+        default=1.0, ge=0.0, le=100.0, description="Stay on the replica that last served the session."
+    )
+    prefix_match: float = Field(
+        default=2.0, ge=0.0, le=100.0, description="Prefer the replica holding the longest cached prefix."
+    )
+    kv_headroom: float = Field(
+        default=1.0, ge=0.0, le=100.0, description="Prefer free KV-cache tokens left after placement."
+    )
+    mamba_headroom: float = Field(
+        default=0.5, ge=0.0, le=100.0, description="Prefer free Mamba-state slots left after placement."
+    )
+    queue: float = Field(default=1.0, ge=0.0, le=100.0, description="Prefer replicas with fewer requests.")
+
+    def as_dict(self) -> dict[str, float]:
+        return {name: float(getattr(self, name)) for name in type(self).model_fields}
+
+
+class CacheAwareConfig(BaseModel):
+    """SGLang Model Gateway `cache_aware` parameters, defaults as its documentation lists them.
+
+    Source: SGLang Model Gateway docs, "Cache-Aware Policy Tuning" (`--cache-threshold 0.3`,
+    `--balance-abs-threshold 64`, `--balance-rel-threshold 1.5`, `--eviction-interval-secs 120`,
+    `--max-tree-size 67108864`). Our approximate tree counts prefix blocks, not characters.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    cache_threshold: float = Field(
+        default=0.3, ge=0.0, le=1.0, description="Match rate above which the best-matching replica wins."
+    )
+    balance_abs_threshold: int = Field(
+        default=64, ge=0, description="Imbalance needs max_load - min_load above this (requests)."
+    )
+    balance_rel_threshold: float = Field(
+        default=1.5, ge=1.0, description="Imbalance also needs max_load > min_load * this."
+    )
+    eviction_interval_s: float = Field(
+        default=120.0, gt=0.0, description="Seconds between trims of each replica's tree to max_tree_size."
+    )
+    max_tree_size: int = Field(
+        default=67_108_864, ge=1, description="Most prefix blocks kept per replica after a trim."
+    )
+
+
+class RouterConfig(BaseModel):
+    """How a pool deployment places requests on its replicas."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    policy: PolicyName = Field(
+        default="headroom",
+        description="headroom: filter/score/pick pipeline; cache_aware: SGLang gateway rule; "
+        "least_load: fewest running+queued; pow2: keep Ray's PowerOfTwoChoices router.",
+    )
+    weights: ScorerWeights = Field(default_factory=ScorerWeights, description="Headroom scorer weights.")
+    cache_aware: CacheAwareConfig = Field(
+        default_factory=CacheAwareConfig, description="Parameters of the cache_aware baseline."
+    )
+    prefix_index_capacity_blocks: int = Field(
+        default=8192, ge=1, description="Prefix blocks remembered per replica (LRU beyond this)."
+    )
+    session_table_capacity: int = Field(
+        default=100_000, ge=1, description="Sessions remembered (LRU beyond this)."
+    )
+    stale_after_s: float = Field(
+        default=5.0, gt=0.0, description="Load reports older than this count only part of their headroom."
+    )
+    stale_headroom_fraction: float = Field(
+        default=0.5, ge=0.0, le=1.0, description="Share of reported free KV/state a stale report is trusted for."
+    )
+    drop_after_s: float = Field(
+        default=60.0, gt=0.0, description="Replicas whose last report is older than this are not used."
+    )
+    assumed_stats_age_s: float = Field(
+        default=1.0,
+        ge=0.0,
+        description="Age assumed for a report that carries no `reported_at_s`; set it to the "
+        "deployment's request_routing_stats_period_s.",
+    )
+
+    @model_validator(mode="after")
+    def _check_staleness_order(self) -> RouterConfig:
+        if self.drop_after_s < self.stale_after_s:
+            raise ValueError(
+                f"drop_after_s ({self.drop_after_s}) must be >= stale_after_s ({self.stale_after_s})"
+            )
+        return self
+
+
+class ArmSplit(BaseModel):
+    """A sticky share of a rule's sessions diverted to another pool under an arm name."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, description="Arm name reported per request (e.g. 'dflash2').")
+    pool: str = Field(min_length=1, description="Pool the arm's sessions go to.")
+    share: float = Field(ge=0.0, le=1.0, description="Fraction of the rule's sessions in this arm.")
+
+
+class TrafficRule(BaseModel):
+    """Requests at these reasoning levels go to `pool`, except sessions diverted to an arm."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reasoning_levels: list[ReasoningLevel] = Field(min_length=1, description="Levels this rule serves.")
+    pool: str = Field(min_length=1, description="Pool for sessions not diverted to an arm.")
+    arms: list[ArmSplit] = Field(default_factory=list, description="Diversions, in interval order.")
+    control_arm: str = Field(default="control", min_length=1, description="Arm name of the rule's own pool.")
+
+    @model_validator(mode="after")
+    def _check_arms(self) -> TrafficRule:
+        total = sum(arm.share for arm in self.arms)
+        if total > 1.0 + _SHARE_SUM_SLACK:
+            raise ValueError(f"arm shares of pool {self.pool!r} sum to {total:.6g} > 1")
+        names = [arm.name for arm in self.arms] + [self.control_arm]
+        if len(set(names)) != len(names):
+            raise ValueError(f"arm names of pool {self.pool!r} must be distinct (control included): {names}")
+        if len(set(self.reasoning_levels)) != len(self.reasoning_levels):
+            raise ValueError(f"rule for pool {self.pool!r} lists a reasoning level twice")
+        return self
+
+
+class TrafficConfig(BaseModel):
+    """Reasoning level -> pool rules with sticky A/B arms."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rules: list[TrafficRule] = Field(min_length=1, description="One rule per group of reasoning levels.")
+    default_reasoning_level: ReasoningLevel = Field(
+        default="medium", description="Level for requests that do not state one."
+    )
+    salt: str = Field(
+        default="ray-dspine-v1", description="Mixed into the session hash; change it to reshuffle arms."
+    )
+
+    @model_validator(mode="after")
+    def _check_levels_unique(self) -> TrafficConfig:
+        seen: dict[str, str] = {}
+        for rule in self.rules:
+            for level in rule.reasoning_levels:
+                if level in seen:
+                    raise ValueError(
+                        f"reasoning level {level!r} is in the rules of both {seen[level]!r} and {rule.pool!r}"
+                    )
+                seen[level] = rule.pool
+        if self.default_reasoning_level not in seen:
+            raise ValueError(f"default_reasoning_level {self.default_reasoning_level!r} has no rule")
+        return self

@@ -1,0 +1,86 @@
+"""Filters: which replicas could take a request right now without it being retracted later.
+
+Rules, for request q and replica r (loads already reduced by the reservation ledger):
+
+    healthy(r)   = r.healthy
+    fresh(r)     = r unreported  or  age(r) <= drop_after_s
+    trust(r)     = 1                        if age(r) <= stale_after_s
+                 = stale_headroom_fraction  otherwise          (stale reports: believe only part)
+    holds_kv(r)  = trust(r) * free_kv_tokens(r) >= needed_kv_tokens(q)
+    holds_state(r) = total_state_slots(r) == 0                 (no Mamba pool on this engine)
+                 or trust(r) * free_state_slots(r) >= num_state_slots(q) * state_slots_per_request(r)
+    keep(r)      = healthy and fresh and holds_kv and holds_state
+
+`state_slots_per_request` is what the replica reports one request takes, speculation's extra state
+included. A replica that never reported (age = infinity) has no load to check: it is kept aside as a
+fallback, used only when no reporting replica passes (a freshly started replica is most likely empty).
+Parameters: 0 < stale_after_s <= drop_after_s (seconds), stale_headroom_fraction in [0, 1].
+Complexity: O(R) for R replicas.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from ray_dspine.routing.types import ReplicaView, RequestView
+
+
+@dataclass(frozen=True, slots=True)
+class FilterResult:
+    kept: list[ReplicaView]
+    unreported: list[ReplicaView]
+    rejected: dict[str, str] = field(default_factory=dict)
+
+
+def trust_fraction(view: ReplicaView, stale_after_s: float, stale_headroom_fraction: float) -> float:
+    return 1.0 if view.stats_age_s <= stale_after_s else stale_headroom_fraction
+
+
+def check_healthy(view: ReplicaView) -> str | None:
+    return None if view.load.healthy else "unhealthy"
+
+
+def check_fresh(view: ReplicaView, drop_after_s: float) -> str | None:
+    if view.stats_age_s <= drop_after_s:
+        return None
+    return f"load report {view.stats_age_s:.1f}s old > drop_after_s {drop_after_s:.1f}s"
+
+
+def check_capacity(request: RequestView, view: ReplicaView, trust: float) -> str | None:
+    load = view.load
+    free_kv = trust * load.free_kv_tokens
+    if free_kv < request.needed_kv_tokens:
+        return f"kv: {free_kv:.0f} free < {request.needed_kv_tokens} needed"
+    if load.total_state_slots > 0:
+        needed_slots = request.num_state_slots * load.state_slots_per_request
+        free_slots = trust * load.free_state_slots
+        if free_slots < needed_slots:
+            return f"state slots: {free_slots:.1f} free < {needed_slots} needed"
+    return None
+
+
+def filter_replicas(
+    request: RequestView,
+    replicas: Sequence[ReplicaView],
+    *,
+    stale_after_s: float,
+    stale_headroom_fraction: float,
+    drop_after_s: float,
+) -> FilterResult:
+    kept: list[ReplicaView] = []
+    unreported: list[ReplicaView] = []
+    rejected: dict[str, str] = {}
+    for view in replicas:
+        if not view.reported:
+            unreported.append(view)
+            continue
+        reason = check_healthy(view) or check_fresh(view, drop_after_s)
+        if reason is None:
+            trust = trust_fraction(view, stale_after_s, stale_headroom_fraction)
+            reason = check_capacity(request, view, trust)
+        if reason is None:
+            kept.append(view)
+        else:
+            rejected[view.replica_id] = reason
+    return FilterResult(kept=kept, unreported=unreported, rejected=rejected)

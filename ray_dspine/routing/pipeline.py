@@ -1,0 +1,102 @@
+"""The headroom routing pipeline: reservations, filters, weighted scorers, picker.
+
+    views    = ledger.apply(replicas)                        (placements not yet in the reports)
+    kept     = { r in views : keep(q, r) }                   (filters.py)
+    if kept is empty and some replica never reported: rank those by requests in flight, replica_id
+    if kept is empty otherwise:  wait (the request stays queued; it is not placed to be retracted)
+    ranking  = picker.rank(kept, sum_s w_s * score_s)        (scorers/*, picker.py), then unreported
+
+`on_placed(q, r)` records r in the prefix index (all of q's blocks), the session table and the
+ledger; `on_completed` releases the ledger entry. Parameters: see `RouterConfig`.
+Complexity per decision: O(R) filters + O(n * R) prefix walk + O(S * R + R log R) scoring and ranking.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Sequence
+
+from ray_dspine.routing.config import RouterConfig
+from ray_dspine.routing.filters import filter_replicas
+from ray_dspine.routing.picker import rank, weighted_totals
+from ray_dspine.routing.prefix_index import PrefixIndex
+from ray_dspine.routing.registry import ScorerContext, build_scorers
+from ray_dspine.routing.reservations import ReservationLedger
+from ray_dspine.routing.scorers.base import Scorer
+from ray_dspine.routing.session_table import SessionTable
+from ray_dspine.routing.types import Decision, ReplicaView, RequestView
+
+
+class RoutingPipeline:
+    """`clock()` gives seconds (monotonic) for the ledger; `timer()` seconds for scorer latencies."""
+
+    def __init__(
+        self,
+        config: RouterConfig,
+        clock: Callable[[], float],
+        timer: Callable[[], float] = time.perf_counter,
+    ):
+        self._config = config
+        self._timer = timer
+        self.prefix_index = PrefixIndex(config.prefix_index_capacity_blocks)
+        self.sessions = SessionTable(config.session_table_capacity)
+        self.ledger = ReservationLedger(clock, horizon_s=config.drop_after_s)
+        self._scorers: list[tuple[Scorer, float]] | None = None
+
+    def choose(self, request: RequestView, replicas: Sequence[ReplicaView]) -> Decision:
+        cfg = self._config
+        views = self.ledger.apply(replicas)
+        result = filter_replicas(
+            request,
+            views,
+            stale_after_s=cfg.stale_after_s,
+            stale_headroom_fraction=cfg.stale_headroom_fraction,
+            drop_after_s=cfg.drop_after_s,
+        )
+        fallback = [v.replica_id for v in sorted(result.unreported, key=lambda v: (v.num_requests, v.replica_id))]
+        if not result.kept:
+            if fallback:
+                return Decision(tuple(fallback), rejected=result.rejected, reason="only unreported replicas")
+            return Decision((), wait=True, rejected=result.rejected, reason="no replica can hold the request")
+
+        scores: dict[str, list[float]] = {}
+        latency_us: dict[str, float] = {}
+        weights: dict[str, float] = {}
+        for scorer, weight in self._weighted_scorers():
+            start = self._timer()
+            scores[scorer.name] = scorer.score(request, result.kept)
+            latency_us[scorer.name] = (self._timer() - start) * 1e6
+            weights[scorer.name] = weight
+        totals = weighted_totals(result.kept, scores, weights)
+        ranked = rank(result.kept, totals) + fallback
+        per_replica = {
+            name: {view.replica_id: value for view, value in zip(result.kept, values)}
+            for name, values in scores.items()
+        }
+        return Decision(
+            tuple(ranked),
+            scores=per_replica,
+            total_scores=totals,
+            scorer_latency_us=latency_us,
+            rejected=result.rejected,
+            reason="scored",
+        )
+
+    def on_placed(self, request: RequestView, replica_id: str) -> None:
+        self.prefix_index.insert(request.prefix_hashes, replica_id)
+        self.sessions.record(request.session_id, replica_id)
+        self.ledger.place(request, replica_id)
+
+    def on_completed(self, request_id: str) -> None:
+        self.ledger.complete(request_id)
+
+    def forget_replica(self, replica_id: str) -> None:
+        self.prefix_index.remove_replica(replica_id)
+        self.sessions.remove_replica(replica_id)
+        self.ledger.forget_replica(replica_id)
+
+    def _weighted_scorers(self) -> list[tuple[Scorer, float]]:
+        if self._scorers is None:
+            context = ScorerContext(prefix_index=self.prefix_index, sessions=self.sessions)
+            self._scorers = build_scorers(self._config.weights, context)
+        return self._scorers

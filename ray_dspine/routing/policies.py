@@ -1,0 +1,39 @@
+"""One entry point from `RouterConfig.policy` to a routing policy object.
+
+Every policy answers `choose(request, replicas) -> Decision` and is told about placements
+(`on_placed`), completions (`on_completed`) and replicas that went away (`forget_replica`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Protocol, Sequence
+
+from ray_dspine.routing.baselines.cache_aware import CacheAwarePolicy
+from ray_dspine.routing.baselines.least_load import LeastLoadPolicy
+from ray_dspine.routing.config import RouterConfig
+from ray_dspine.routing.pipeline import RoutingPipeline
+from ray_dspine.routing.types import Decision, ReplicaView, RequestView
+
+
+class RoutingPolicy(Protocol):
+    def choose(self, request: RequestView, replicas: Sequence[ReplicaView]) -> Decision: ...
+
+    def on_placed(self, request: RequestView, replica_id: str) -> None: ...
+
+    def on_completed(self, request_id: str) -> None: ...
+
+    def forget_replica(self, replica_id: str) -> None: ...
+
+
+def build_policy(config: RouterConfig, clock: Callable[[], float] = time.monotonic) -> RoutingPolicy:
+    """The policy object for `config.policy`; "pow2" has none (keep Ray's default router)."""
+    if config.policy == "headroom":
+        return RoutingPipeline(config, clock)
+    if config.policy == "cache_aware":
+        return CacheAwarePolicy(config.cache_aware, clock, horizon_s=config.drop_after_s)
+    if config.policy == "least_load":
+        return LeastLoadPolicy(clock, horizon_s=config.drop_after_s)
+    raise ValueError(
+        "policy 'pow2' means Ray's default PowerOfTwoChoices router: leave request_router_class unset"
+    )

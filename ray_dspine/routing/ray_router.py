@@ -1,0 +1,144 @@
+"""Ray Serve adapters: run a `ray_dspine.routing` policy as a deployment's request router.
+
+Set on the pool (engine) deployments, never on the ingress (over raw HTTP the arguments are bytes):
+
+    request_router_config:
+      request_router_class: ray_dspine.routing.ray_router:HeadroomRequestRouter
+      request_router_kwargs: {<RouterConfig fields>}     # validated into RouterConfig
+      request_routing_stats_period_s: 1.0                # how often replicas' record_routing_stats runs
+
+How Ray uses it (Ray 2.60): `choose_replicas` returns ranked groups; we return one replica per group,
+best first, so Ray sends to the best replica unless its queue is at max_ongoing_requests, then tries the
+next. Returning [] makes Ray retry the request after a backoff (initial_backoff_s 0.025 s, doubling, at
+most max_backoff_s 0.5 s by default), which is how "wait until a replica can hold it" works. Ray backs off
+only when `pending_request.routing_context.should_backoff` is set (LocalityMixin sets it once it has
+tried all replicas); we consider all replicas on every call, so we always set it.
+No FIFOMixin: Ray then gives the chosen replica to exactly the request it was chosen for.
+Replica loads come from `replica.routing_stats` (the dict `record_routing_stats` returned, a
+`LoadSnapshot` plus an optional `reported_at_s` wall-clock timestamp); the typed request is
+`pending_request.args[0]`; the session id is `pending_request.metadata.session_id`.
+Placements are recorded in `on_request_routed` (Ray calls it once a replica accepts, which is the default
+outside Ray Client) and released in `on_request_completed`. Ray runs at most 2 x replicas (cap 50)
+routing loops per handle and each waiting request holds one, so a backlog of requests that fit nowhere
+delays the requests queued behind it (first come, first served).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any, List, Optional
+
+from pydantic import ValidationError
+from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, RunningReplica
+
+from ray_dspine.engines.protocol import GenerateRequest, LoadSnapshot
+from ray_dspine.routing.config import PolicyName, RouterConfig
+from ray_dspine.routing.policies import RoutingPolicy, build_policy
+from ray_dspine.routing.types import UNREPORTED_AGE_S, Decision, ReplicaView, RequestView
+
+logger = logging.getLogger("ray.serve")
+
+REPORTED_AT_KEY = "reported_at_s"
+
+
+def replica_view(replica_id: str, stats: dict[str, Any] | None, now_s: float, assumed_age_s: float) -> ReplicaView:
+    """A ReplicaView from a routing-stats dict; empty or invalid stats count as not reported."""
+    if not stats:
+        return ReplicaView(replica_id, LoadSnapshot(), UNREPORTED_AGE_S)
+    try:
+        load = LoadSnapshot.model_validate({k: v for k, v in stats.items() if k != REPORTED_AT_KEY})
+    except ValidationError as exc:
+        logger.warning("replica %s reported invalid routing stats: %s", replica_id, exc)
+        return ReplicaView(replica_id, LoadSnapshot(), UNREPORTED_AGE_S)
+    reported_at = stats.get(REPORTED_AT_KEY)
+    if isinstance(reported_at, (int, float)) and math.isfinite(reported_at):
+        age = max(0.0, now_s - float(reported_at))
+    else:
+        age = assumed_age_s
+    return ReplicaView(replica_id, load, age)
+
+
+class DSpineRequestRouter(RequestRouter):
+    """Runs the policy named by `RouterConfig.policy` (from request_router_kwargs)."""
+
+    fixed_policy: Optional[PolicyName] = None
+
+    def initialize_state(self, **kwargs: Any) -> None:
+        config = RouterConfig.model_validate(kwargs)
+        if self.fixed_policy is not None:
+            if "policy" in kwargs and config.policy != self.fixed_policy:
+                raise ValueError(f"{type(self).__name__} runs policy {self.fixed_policy!r}, not {config.policy!r}")
+            config = config.model_copy(update={"policy": self.fixed_policy})
+        self._config = config
+        self._policy: RoutingPolicy = build_policy(config, time.monotonic)
+        self._request_id_of: dict[str, str] = {}
+        self.last_decision: Decision | None = None
+
+    async def choose_replicas(
+        self,
+        candidate_replicas: List[RunningReplica],
+        pending_request: Optional[PendingRequest] = None,
+    ) -> List[List[RunningReplica]]:
+        if pending_request is not None:
+            # Every call considers all replicas, so an empty answer (or full queues) must back off;
+            # without this flag Ray retries immediately and the router's event loop spins.
+            pending_request.routing_context.should_backoff = True
+        request = self._request_view(pending_request)
+        if request is None:  # not a GenerateRequest call: let Ray pick the shortest queue
+            return [list(candidate_replicas)] if candidate_replicas else []
+        by_id = {r.replica_id.unique_id: r for r in candidate_replicas}
+        now = time.time()
+        views = [
+            replica_view(rid, r.routing_stats, now, self._config.assumed_stats_age_s) for rid, r in by_id.items()
+        ]
+        decision = self._policy.choose(request, views)
+        self.last_decision = decision
+        return [[by_id[rid]] for rid in decision.ranked_replica_ids if rid in by_id]
+
+    def on_request_routed(self, pending_request: PendingRequest, replica_id: ReplicaID, result: Any) -> None:
+        request = self._request_view(pending_request)
+        if request is None:
+            return
+        self._request_id_of[pending_request.metadata.internal_request_id] = request.request_id
+        self._policy.on_placed(request, replica_id.unique_id)
+
+    def on_request_completed(self, replica_id: ReplicaID, internal_request_id: str) -> None:
+        request_id = self._request_id_of.pop(internal_request_id, None)
+        if request_id is not None:
+            self._policy.on_completed(request_id)
+
+    def update_replicas(self, replicas: List[RunningReplica]) -> None:
+        before = {rid.unique_id for rid in self._replicas}
+        super().update_replicas(replicas)
+        after = {r.replica_id.unique_id for r in replicas}
+        for gone in before - after:
+            self._policy.forget_replica(gone)
+
+    @staticmethod
+    def _request_view(pending_request: Optional[PendingRequest]) -> RequestView | None:
+        if pending_request is None or not pending_request.args:
+            return None
+        request = pending_request.args[0]
+        if not isinstance(request, GenerateRequest):
+            return None
+        return RequestView.from_request(request, session_id=pending_request.metadata.session_id or None)
+
+
+class HeadroomRequestRouter(DSpineRequestRouter):
+    """Filters by KV/state headroom, scores affinity + headroom + queue, waits when nothing fits."""
+
+    fixed_policy = "headroom"
+
+
+class CacheAwareRequestRouter(DSpineRequestRouter):
+    """SGLang Model Gateway's cache_aware rule (baseline)."""
+
+    fixed_policy = "cache_aware"
+
+
+class LeastLoadRequestRouter(DSpineRequestRouter):
+    """Fewest running + queued requests (baseline)."""
+
+    fixed_policy = "least_load"

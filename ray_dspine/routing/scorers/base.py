@@ -1,0 +1,22 @@
+"""What a scorer is: a named function from (request, candidate replicas) to one score in [0, 1] each.
+
+Scorers see loads already reduced by the reservation ledger and only replicas that passed the filters.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, Sequence
+
+from ray_dspine.routing.types import ReplicaView, RequestView
+
+
+class Scorer(Protocol):
+    name: str
+
+    def score(self, request: RequestView, replicas: Sequence[ReplicaView]) -> list[float]:
+        """One score in [0, 1] per replica, in the order given."""
+        ...
+
+
+def clip01(value: float) -> float:
+    return 0.0 if value < 0.0 else 1.0 if value > 1.0 else value

@@ -1,0 +1,70 @@
+"""The application builder: `serve run clusters/local.yaml` calls `build_app(args)`.
+
+The YAML's `args:` validate into `AppConfig`. Each pool becomes one `EngineReplica` deployment
+named `pool-<name>` carrying its router; the `Ingress` deployment holds a handle per pool.
+"""
+
+
+from fastapi import Request
+from ray import serve
+from ray.serve import Application
+
+from ..config import AppConfig, PoolConfig
+from ..pools import sized
+from .ingress import IngressCore, make_fastapi
+from .replica import EngineReplica
+from .router_options import request_router_config
+
+fastapi_app = make_fastapi()
+
+
+@serve.deployment(name="ingress", ray_actor_options={"num_cpus": 0})
+@serve.ingress(fastapi_app)
+class Ingress:
+    def __init__(self, config: AppConfig, handles: dict):
+        self.core = IngressCore(config, handles)
+
+    @fastapi_app.post("/v1/chat/completions")
+    async def chat_completions(self, request: Request):
+        return await self.core.serve(request, chat=True)
+
+    @fastapi_app.post("/v1/completions")
+    async def completions(self, request: Request):
+        return await self.core.serve(request, chat=False)
+
+    @fastapi_app.get("/v1/models")
+    async def models(self):
+        return await self.core.list_models()
+
+    @fastapi_app.get("/v1/dspine/engine")
+    async def engines(self):
+        return await self.core.describe_engines()
+
+    @fastapi_app.get("/health")
+    async def health(self):
+        return {"status": "ok", "pools": sorted(self.core.handles)}
+
+
+def pool_deployment(pool: PoolConfig):
+    options = pool.deployment
+    kwargs = dict(
+        name=f"pool-{pool.name}",
+        num_replicas=options.num_replicas,
+        max_ongoing_requests=options.max_ongoing_requests,
+        max_queued_requests=options.max_queued_requests,
+        ray_actor_options={"num_cpus": options.num_cpus, "num_gpus": options.num_gpus},
+        health_check_period_s=options.health_check_period_s,
+        health_check_timeout_s=options.health_check_timeout_s,
+        graceful_shutdown_timeout_s=options.graceful_shutdown_timeout_s,
+        user_config={"drafter_enabled": True},
+    )
+    router = request_router_config(options)
+    if router is not None:
+        kwargs["request_router_config"] = router
+    return serve.deployment(EngineReplica).options(**kwargs).bind(pool)
+
+
+def build_app(args: AppConfig) -> Application:
+    config = sized(args)
+    handles = {pool.name: pool_deployment(pool) for pool in config.pools}
+    return Ingress.bind(config, handles)

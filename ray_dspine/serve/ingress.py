@@ -1,0 +1,208 @@
+"""The OpenAI-compatible ingress: validate, apply the traffic policy, call a pool, stream back.
+
+Per request: authenticate; parse and validate the body (400 naming the field); pick the reasoning
+level, the session, then (pool, arm) by the traffic policy; fingerprint the prompt's prefix; call
+the pool's replica deployment through its handle with a typed `GenerateRequest`; answer with the
+`x-dspine-pool`, `x-dspine-arm`, `x-dspine-replica` and `x-dspine-path` headers. The first chunk
+is awaited before the response starts, so a refusal from the engine still becomes a 4xx.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+import uuid
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import ValidationError
+
+from ..config import AppConfig
+from ..engines.protocol import ChatMessage, Chunk, GenerateRequest
+from ..routing.fingerprint import conversation_text, prefix_hashes
+from ..routing.traffic import assign, reasoning_level_of, session_key
+from . import responses
+from .errors import ApiError, error_response, from_validation_error
+from .metrics import RequestMetrics
+from .openai_schema import ChatCompletionRequest, CompletionRequest
+
+log = logging.getLogger("ray_dspine.ingress")
+
+CHARS_PER_TOKEN_ESTIMATE = 4  # the usual English/code average of BPE tokenizers
+PREFIX_BLOCK_CHARS = 2048  # 512 tokens at that rate: the engines' prefix-cache block
+
+
+class IngressCore:
+    """Framework-free request handling; `RayIngress` wraps it in a Serve deployment."""
+
+    def __init__(self, config: AppConfig, handles: dict, metrics: RequestMetrics | None = None):
+        self.config = config
+        self.server = config.server
+        self.handles = handles
+        self.metrics = metrics or RequestMetrics()
+        self.started_at = int(time.time())
+
+    # -- checks -----------------------------------------------------------------------------
+    def authenticate(self, request: Request) -> None:
+        env = self.server.api_key_env
+        key = os.environ.get(env, "") if env else ""
+        if not key:
+            return
+        given = request.headers.get("authorization", "")
+        if given != f"Bearer {key}":
+            raise ApiError(401, "invalid or missing API key: send `Authorization: Bearer <key>`", code="invalid_api_key")
+
+    async def read_json(self, request: Request) -> dict:
+        body = await request.body()
+        if len(body) > self.server.max_request_bytes:
+            raise ApiError(413, f"request body is {len(body)} bytes; the limit is {self.server.max_request_bytes}")
+        try:
+            data = json.loads(body)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ApiError(400, f"request body is not valid JSON: {exc}", code="invalid_json") from exc
+        if not isinstance(data, dict):
+            raise ApiError(400, "request body must be a JSON object", code="invalid_json")
+        return data
+
+    def check_model(self, model: str) -> None:
+        if model != self.server.served_model_name:
+            raise ApiError(
+                404,
+                f"The model `{model}` does not exist; this server serves `{self.server.served_model_name}`",
+                param="model",
+                code="model_not_found",
+            )
+
+    def route(self, request: Request, body: dict, messages: list[ChatMessage] | None):
+        try:
+            level = reasoning_level_of(body, default=self.config.traffic.default_reasoning_level)
+        except ValueError as exc:
+            raise ApiError(400, str(exc), param="reasoning_effort", code="invalid_value") from exc
+        session = session_key(dict(request.headers), body)
+        pool, arm = assign(self.config.traffic, level, session)
+        forced = request.headers.get("x-dspine-pool")
+        if forced and self.server.allow_pool_header:
+            if forced not in self.handles:
+                raise ApiError(
+                    400, f"x-dspine-pool names unknown pool {forced!r}; pools: {sorted(self.handles)}",
+                    param="x-dspine-pool",
+                )
+            pool, arm = forced, forced
+        return level, session, pool, arm
+
+    def check_tools(self, pool: str, tools) -> None:
+        if tools and self.config.pool(pool).engine.kind != "sglang":
+            raise ApiError(
+                400,
+                f"`tools` is not supported by pool {pool!r}: its {self.config.pool(pool).engine.kind} engine has no "
+                "tool-call parser; send the conversation without `tools` (tool results as `tool` messages are fine)",
+                param="tools",
+                code="unsupported_parameter",
+            )
+
+    # -- building the typed request -----------------------------------------------------------
+    def build_request(self, body: dict, request: Request, *, chat: bool) -> tuple[GenerateRequest, object]:
+        try:
+            parsed = (ChatCompletionRequest if chat else CompletionRequest).model_validate(body)
+        except ValidationError as exc:
+            raise from_validation_error(exc) from exc
+        self.check_model(parsed.model)
+        messages = None
+        if chat:
+            try:
+                messages = [
+                    ChatMessage(role=m.role, content=m.text(), **({"tool_calls": m.tool_calls} if m.tool_calls else {}))
+                    for m in parsed.messages
+                ]
+            except ValueError as exc:
+                raise ApiError(400, f"messages: {exc}", param="messages") from exc
+            text = conversation_text(messages)
+        else:
+            text = parsed.prompt
+        level, session, pool, arm = self.route(request, body, messages)
+        if chat:
+            self.check_tools(pool, parsed.tools)
+        max_tokens = getattr(parsed, "max_completion_tokens", None) or parsed.max_tokens
+        typed = GenerateRequest(
+            request_id=("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24],
+            messages=messages,
+            prompt=None if chat else parsed.prompt,
+            max_tokens=max_tokens or self.server.default_max_tokens,
+            clamp_max_tokens=max_tokens is None,
+            temperature=1.0 if parsed.temperature is None else parsed.temperature,
+            top_p=1.0 if parsed.top_p is None else parsed.top_p,
+            seed=parsed.seed,
+            stop=parsed.stop_list(),
+            reasoning_level=level,
+            session_id=session,
+            prefix_hashes=prefix_hashes(text, PREFIX_BLOCK_CHARS),
+            estimated_prompt_tokens=len(text) // CHARS_PER_TOKEN_ESTIMATE + 1,
+            pool=pool,
+            arm=arm,
+            tools=parsed.tools if chat else None,
+        )
+        return typed, parsed
+
+    # -- serving ------------------------------------------------------------------------------
+    async def serve(self, request: Request, *, chat: bool) -> Response:
+        retry = self.server.retry_after_s
+        try:
+            self.authenticate(request)
+            body = await self.read_json(request)
+            typed, parsed = self.build_request(body, request, chat=chat)
+        except ApiError as exc:
+            return error_response(exc, retry)
+        started = time.monotonic()
+        handle = self.handles[typed.pool].options(stream=True, session_id=typed.session_id or "")
+        stream = handle.generate.remote(typed)
+        try:
+            first: Chunk = await stream.__anext__()
+        except Exception as exc:  # backpressure, unavailable replicas, replica crash
+            return error_response(responses.handle_error(exc), retry)
+        if first.error is not None:
+            stream.cancel()
+            self.metrics.record_refusal(typed, first)
+            return error_response(ApiError(first.error_status or 500, first.error, param=first.error_param), retry)
+        headers = {
+            "x-dspine-pool": typed.pool,
+            "x-dspine-arm": typed.arm,
+            "x-dspine-replica": first.replica or "",
+            "x-dspine-path": first.path or "",
+        }
+        timer = self.metrics.start(typed, first.path or "", started)
+        model = self.server.served_model_name
+        if parsed.stream:
+            options = parsed.stream_options
+            include_usage = bool(options and options.include_usage)
+            continuous = bool(options and options.continuous_usage_stats)
+            events = responses.sse_events(stream, first, typed, model, chat, include_usage, continuous, timer)
+            return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+        try:
+            payload = await responses.collect(stream, first, typed, model, chat, timer)
+        except ApiError as exc:
+            return error_response(exc, retry)
+        return JSONResponse(payload, headers=headers)
+
+    async def list_models(self) -> dict:
+        return {
+            "object": "list",
+            "data": [{"id": self.server.served_model_name, "object": "model", "created": self.started_at, "owned_by": "ray-dspine"}],
+        }
+
+    async def describe_engines(self) -> dict:
+        described = {}
+        for name, handle in self.handles.items():
+            described[name] = await handle.describe.remote()
+        return described
+
+
+def make_fastapi() -> FastAPI:
+    app = FastAPI(title="ray-dspine", docs_url=None, redoc_url=None)
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_request, exc: ApiError):
+        return error_response(exc)
+
+    return app

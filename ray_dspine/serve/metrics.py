@@ -1,0 +1,69 @@
+"""Request metrics through `ray.serve.metrics` (exported on Ray's metrics port with deployment tags).
+
+TTFT, inter-token latency and end-to-end latency are measured at the ingress, so they include the
+hop to the replica, as a client would see them. Inter-token latency is observed per chunk and
+divided by the chunk's token count (a verify step delivers several tokens at once).
+"""
+
+from __future__ import annotations
+
+import time
+
+from ..engines.protocol import Chunk, GenerateRequest, Usage
+
+TAGS = ("pool", "arm", "path")
+LATENCY_BOUNDARIES_S = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60]
+ACCEPT_BOUNDARIES = [1, 1.25, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10, 12, 16]
+
+
+class RequestMetrics:
+    """Holds the metric objects; built lazily so importing this module needs no Ray."""
+
+    def __init__(self):
+        from ray.serve import metrics
+
+        self.ttft = metrics.Histogram("dspine_ttft_s", "Time to first token (s).", LATENCY_BOUNDARIES_S, TAGS)
+        self.itl = metrics.Histogram("dspine_itl_s", "Inter-token latency (s per token).", LATENCY_BOUNDARIES_S, TAGS)
+        self.e2e = metrics.Histogram("dspine_e2e_s", "End-to-end latency (s).", LATENCY_BOUNDARIES_S, TAGS)
+        self.accept = metrics.Histogram(
+            "dspine_accept_length", "Tokens per verify step, per request.", ACCEPT_BOUNDARIES, TAGS
+        )
+        self.output_tokens = metrics.Counter("dspine_output_tokens", "Output tokens.", TAGS)
+        self.requests = metrics.Counter("dspine_requests", "Finished requests.", TAGS + ("finish_reason",))
+        self.refused = metrics.Counter("dspine_refused_requests", "Requests refused by a replica.", ("pool", "arm", "status"))
+
+    def start(self, request: GenerateRequest, path: str, started: float) -> "RequestTimer":
+        return RequestTimer(self, {"pool": request.pool, "arm": request.arm, "path": path}, started)
+
+    def record_refusal(self, request: GenerateRequest, chunk: Chunk) -> None:
+        self.refused.inc(tags={"pool": request.pool, "arm": request.arm, "status": str(chunk.error_status)})
+
+
+class RequestTimer:
+    def __init__(self, metrics: RequestMetrics, tags: dict, started: float, clock=time.monotonic):
+        self._metrics = metrics
+        self._tags = tags
+        self._clock = clock
+        self._started = started
+        self._last: float | None = None
+        self._done = False
+
+    def tokens(self, count: int) -> None:
+        if count <= 0:
+            return
+        now = self._clock()
+        if self._last is None:
+            self._metrics.ttft.observe(now - self._started, tags=self._tags)
+        else:
+            self._metrics.itl.observe((now - self._last) / count, tags=self._tags)
+        self._last = now
+        self._metrics.output_tokens.inc(count, tags=self._tags)
+
+    def finish(self, reason: str, usage: Usage | None) -> None:
+        if self._done:
+            return
+        self._done = True
+        self._metrics.e2e.observe(self._clock() - self._started, tags=self._tags)
+        if usage is not None and usage.verify_steps:
+            self._metrics.accept.observe(usage.accept_length, tags=self._tags)
+        self._metrics.requests.inc(tags={**self._tags, "finish_reason": reason})

@@ -1,0 +1,81 @@
+"""The engine-replica deployment: one engine per replica, called through a deployment handle.
+
+Glue only: it starts the engine, forwards `generate`, stamps the first chunk with this replica's id
+and decode path, turns engine refusals into error chunks (no exception crosses the handle), reports
+load to the router (`record_routing_stats`) and lets an operator switch the drafter off live
+(`user_config: {drafter_enabled: false}`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from ..config import PoolConfig
+from ..engines.factory import make_engine
+from ..engines.protocol import Chunk, EngineError, GenerateRequest
+
+log = logging.getLogger("ray_dspine.replica")
+
+
+class EngineReplica:
+    async def __init__(self, pool: PoolConfig):
+        from ray import serve
+
+        self.pool = pool
+        try:
+            self.replica_id = serve.get_replica_context().replica_id.unique_id
+        except Exception:  # constructed outside a Serve replica (tests)
+            self.replica_id = "local"
+        self.engine = make_engine(pool.engine, pool.name)
+        await self.engine.start()
+
+    async def generate(self, request: GenerateRequest):
+        stream = self.engine.generate(request)
+        first = True
+        try:
+            async for chunk in stream:
+                if first:
+                    chunk.replica = self.replica_id
+                    chunk.path = "speculative" if self.engine.load().drafter_active else "autoregressive"
+                    if chunk.usage is not None:
+                        chunk.path = chunk.usage.path
+                    first = False
+                yield chunk
+        except EngineError as exc:
+            yield Chunk(
+                finish_reason="error", error=str(exc), error_status=exc.status, error_param=exc.param,
+                replica=self.replica_id,
+            )
+        finally:
+            await stream.aclose()
+
+    def record_routing_stats(self) -> dict:
+        stats = self.engine.load().model_dump()
+        stats["reported_at_s"] = time.time()
+        return stats
+
+    async def check_health(self) -> None:
+        # An engine that supervises a server (sglang) knows when a restart is under way and raises
+        # only once it has given up; others are healthy while their load says so.
+        engine_check = getattr(self.engine, "check_health", None)
+        if engine_check is not None:
+            await engine_check()
+        elif not self.engine.load().healthy:
+            raise RuntimeError(f"engine of pool {self.pool.name} is unhealthy")
+
+    def reconfigure(self, user_config: dict) -> None:
+        enabled = user_config.get("drafter_enabled", True)
+        if not isinstance(enabled, bool):
+            raise ValueError("user_config.drafter_enabled must be true or false")
+        self.engine.set_drafter_enabled(enabled)
+        log.info("pool %s replica %s: drafter %s", self.pool.name, self.replica_id, "on" if enabled else "off")
+
+    def describe(self) -> dict:
+        return {"pool": self.pool.name, "replica": self.replica_id, **self.engine.describe()}
+
+    def load(self) -> dict:
+        return self.engine.load().model_dump()
+
+    async def __del__(self):
+        await self.engine.stop()

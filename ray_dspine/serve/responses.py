@@ -1,0 +1,120 @@
+"""Turn a pool's chunk stream into OpenAI response bodies (SSE events or one JSON object)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+
+from ..engines.protocol import Chunk, GenerateRequest, Usage
+from .errors import ApiError, error_body
+from .metrics import RequestTimer
+
+log = logging.getLogger("ray_dspine.ingress")
+
+
+def handle_error(exc: Exception) -> ApiError:
+    """Map a failure to reach a replica to an HTTP error."""
+    from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
+
+    if isinstance(exc, BackPressureError):
+        return ApiError(503, "all replicas of the pool are busy and its queue is full; retry later", code="overloaded")
+    if isinstance(exc, DeploymentUnavailableError):
+        return ApiError(503, "the pool has no replica ready yet; retry later", code="unavailable")
+    log.exception("request to the pool failed")
+    return ApiError(500, f"the replica failed: {type(exc).__name__}", code="replica_error")
+
+
+def usage_dict(usage: Usage | None) -> dict | None:
+    if usage is None:
+        return None
+    return usage.model_dump()
+
+
+def _choice(chat: bool, text: str, finish: str | None, stream: bool) -> dict:
+    if chat:
+        key = "delta" if stream else "message"
+        body = {"role": "assistant", "content": text}
+        return {"index": 0, key: body, "finish_reason": finish, "logprobs": None}
+    return {"index": 0, "text": text, "finish_reason": finish, "logprobs": None}
+
+
+def _object(chat: bool, stream: bool) -> str:
+    if chat:
+        return "chat.completion.chunk" if stream else "chat.completion"
+    return "text_completion"
+
+
+def _openai_finish(reason: str | None) -> str | None:
+    return "stop" if reason == "abort" else reason
+
+
+async def sse_events(
+    stream, first: Chunk, request: GenerateRequest, model: str, chat: bool, include_usage: bool, continuous: bool,
+    timer: RequestTimer,
+):
+    created = int(time.time())
+    base = {"id": request.request_id, "object": _object(chat, True), "created": created, "model": model}
+    chunk = first
+    finished = False
+    completion_tokens = 0
+    try:
+        while True:
+            if chunk.error is not None:
+                yield f"data: {json.dumps(error_body(chunk.error_status or 500, chunk.error))}\n\n"
+                timer.finish("error", None)
+                finished = True
+                break
+            timer.tokens(chunk.num_tokens)
+            completion_tokens += chunk.num_tokens
+            finish = _openai_finish(chunk.finish_reason)
+            if chunk.text or finish is not None:
+                event = {**base, "choices": [_choice(chat, chunk.text, finish, True)]}
+                if continuous:
+                    event["usage"] = {"completion_tokens": completion_tokens}
+                yield f"data: {json.dumps(event)}\n\n"
+            if chunk.finish_reason is not None:
+                if include_usage:
+                    yield f"data: {json.dumps({**base, 'choices': [], 'usage': usage_dict(chunk.usage)})}\n\n"
+                timer.finish(chunk.finish_reason, chunk.usage)
+                finished = True
+                break
+            chunk = await stream.__anext__()
+        yield "data: [DONE]\n\n"
+    except StopAsyncIteration:
+        timer.finish("error", None)
+        finished = True
+        yield f"data: {json.dumps(error_body(500, 'the replica ended the stream early'))}\n\n"
+    finally:
+        if not finished:  # client went away: stop the replica's work and free its budget
+            stream.cancel()
+            timer.finish("abort", None)
+
+
+async def collect(stream, first: Chunk, request: GenerateRequest, model: str, chat: bool, timer: RequestTimer) -> dict:
+    parts: list[str] = []
+    chunk = first
+    try:
+        while True:
+            if chunk.error is not None:
+                timer.finish("error", None)
+                raise ApiError(chunk.error_status or 500, chunk.error, param=chunk.error_param)
+            timer.tokens(chunk.num_tokens)
+            parts.append(chunk.text)
+            if chunk.finish_reason is not None:
+                break
+            chunk = await stream.__anext__()
+    except asyncio.CancelledError:
+        stream.cancel()
+        timer.finish("abort", None)
+        raise
+    timer.finish(chunk.finish_reason, chunk.usage)
+    return {
+        "id": request.request_id,
+        "object": _object(chat, False),
+        "created": int(time.time()),
+        "model": model,
+        "choices": [_choice(chat, "".join(parts), _openai_finish(chunk.finish_reason), False)],
+        "usage": usage_dict(chunk.usage),
+    }

@@ -1,0 +1,24 @@
+"""Ray's `RequestRouterConfig` for a pool, from its `RouterConfig` (None keeps Ray's default router)."""
+
+from __future__ import annotations
+
+from ..config import DeploymentOptions
+
+ROUTER_CLASSES = {
+    "headroom": "ray_dspine.routing.ray_router:HeadroomRequestRouter",
+    "cache_aware": "ray_dspine.routing.ray_router:CacheAwareRequestRouter",
+    "least_load": "ray_dspine.routing.ray_router:LeastLoadRequestRouter",
+}
+
+
+def request_router_config(options: DeploymentOptions):
+    from ray.serve.config import RequestRouterConfig
+
+    policy = options.router.policy
+    if policy == "pow2":
+        return None
+    return RequestRouterConfig(
+        request_router_class=ROUTER_CLASSES[policy],
+        request_router_kwargs={"config": options.router.model_dump()},
+        request_routing_stats_period_s=options.routing_stats_period_s,
+    )

@@ -1,0 +1,63 @@
+"""Statistics with answers worked out by hand."""
+
+import numpy as np
+import pytest
+
+from ray_dspine.bench.stats import bootstrap_mean_ci, bootstrap_ratio_ci, describe, mean, percentile
+
+
+def test_rule_percentile_linear_interpolation():
+    x = list(range(1, 101))
+    # h = 99 q / 100: q=50 -> h=49.5 -> 50 + 0.5 * 1 = 50.5; q=95 -> h=94.05 -> 95.05; q=99 -> 99.01.
+    assert percentile(x, 50) == pytest.approx(50.5)
+    assert percentile(x, 95) == pytest.approx(95.05)
+    assert percentile(x, 99) == pytest.approx(99.01)
+    assert percentile([7.0], 99) == 7.0
+    assert percentile([10, 20], 25) == pytest.approx(12.5)  # h = 0.25 -> 10 + 0.25 * 10
+    with pytest.raises(ValueError):
+        percentile([], 50)
+    with pytest.raises(ValueError):
+        percentile([1], 101)
+
+
+def test_describe():
+    d = describe([4.0, 1.0, 3.0, 2.0])
+    # sorted 1..4, mean 2.5; p50: h = 1.5 -> 2.5; p95: h = 2.85 -> 3.85; p99: h = 2.97 -> 3.97.
+    assert (d.count, d.mean, d.min, d.max) == (4, 2.5, 1.0, 4.0)
+    assert (d.p50, d.p95, d.p99) == pytest.approx((2.5, 3.85, 3.97))
+    assert describe([]).count == 0 and describe([]).mean is None
+    assert mean([1, 2, 6]) == 3.0
+
+
+def test_rule_bootstrap_mean_ci_constant_is_exact():
+    ci = bootstrap_mean_ci([3.25] * 20, np.random.default_rng(0), num_resamples=200)
+    assert (ci.estimate, ci.low, ci.high) == (3.25, 3.25, 3.25)
+    assert ci.confidence == 0.95 and ci.num_resamples == 200
+
+
+def test_bootstrap_mean_ci_covers_mean_and_is_reproducible():
+    values = np.random.default_rng(1).normal(10.0, 2.0, size=400)
+    a = bootstrap_mean_ci(values, np.random.default_rng(7), num_resamples=500)
+    b = bootstrap_mean_ci(values, np.random.default_rng(7), num_resamples=500)
+    assert a == b
+    assert a.low < values.mean() < a.high
+    # Standard error 2 / sqrt(400) = 0.1, so the 95% interval is about +-0.2 wide on each side.
+    assert 0.3 < a.high - a.low < 0.5
+
+
+def test_rule_ratio_ci_identical_arms_contains_one():
+    values = np.random.default_rng(2).exponential(1.0, size=200)
+    ci = bootstrap_ratio_ci(values, values.copy(), np.random.default_rng(3), num_resamples=500)
+    assert ci.estimate == 1.0
+    assert ci.low < 1.0 < ci.high
+
+
+def test_ratio_ci_known_ratio_and_errors():
+    ci = bootstrap_ratio_ci([2.0] * 10, [3.0] * 5, np.random.default_rng(0), num_resamples=50)
+    assert (ci.estimate, ci.low, ci.high) == (1.5, 1.5, 1.5)  # constant groups: 3 / 2 exactly
+    with pytest.raises(ValueError):
+        bootstrap_ratio_ci([0.0, 0.0], [1.0], np.random.default_rng(0))
+    with pytest.raises(ValueError):
+        bootstrap_ratio_ci([], [1.0], np.random.default_rng(0))
+    with pytest.raises(ValueError):
+        bootstrap_mean_ci([1.0], np.random.default_rng(0), confidence=1.0)

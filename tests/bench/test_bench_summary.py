@@ -1,0 +1,77 @@
+"""Summary figures on hand-made records."""
+
+import pytest
+
+from ray_dspine.bench.records import RequestRecord, read_records, write_records
+from ray_dspine.bench.summary import summarize
+
+
+def _record(rid, arm, ttft, e2e, out, accept=None, steps=None, hist=(), error=None, status=200, cls="agent"):
+    return RequestRecord(
+        request_id=rid, trace_request_id=rid, session_id=rid, turn_index=0, workload_class=cls, repetition=0,
+        api="chat", arm=arm, http_status=status, prompt_tokens=100, trace_prompt_tokens=100, max_tokens=64,
+        output_tokens=out, ttft_s=ttft, e2e_s=e2e, itl_s=[0.1] * max(0, out - 1) if arm == "autoregressive" else [],
+        accept_length=accept, verify_steps=steps, accept_histogram=list(hist),
+        error_kind="http_error" if error else None, error=error, start_offset_s=0.0, start_unix_s=0.0, end_unix_s=e2e,
+    )
+
+
+RECORDS = [
+    _record("a1", "autoregressive", 0.1, 1.1, 11, 1.0, 11, [11]),  # tpot (1.1-0.1)/10 = 0.1
+    _record("a2", "autoregressive", 0.3, 2.3, 21, 1.0, 21, [21], cls="chat"),  # tpot 2.0/20 = 0.1
+    _record("d1", "dspine", 0.2, 0.7, 11, 2.75, 4, [0, 1, 3]),  # 2 + 3*3 = 11 tokens; tpot 0.5/10 = 0.05
+    _record("d2", "dspine", 0.4, 1.4, 21, 3.0, 7, [0, 0, 7]),  # 3*7 = 21 tokens; tpot 1.0/20 = 0.05
+    _record("d3", "dspine", None, 0.01, 0, error="HTTP 429: busy", status=429),
+]
+
+
+def test_rule_summary_overall_figures():
+    s = summarize(RECORDS, wall_s=4.0, repetition_wall_s=[4.0], num_resamples=200)
+    o = s.overall
+    assert (o.num_requests, o.num_ok, o.num_errors, o.errors_by_kind) == (5, 4, 1, {"http_429": 1})
+    assert o.output_tokens == 64  # 11 + 21 + 11 + 21
+    assert o.output_throughput_tok_s == pytest.approx(16.0)  # 64 / 4
+    assert o.request_throughput_req_s == pytest.approx(1.0)  # 4 ok / 4 s
+    assert s.repetition_output_throughput_tok_s == [pytest.approx(16.0)]
+    # TTFT sorted 0.1, 0.2, 0.3, 0.4: mean 0.25, p50 (h = 1.5) 0.25, p95 (h = 2.85) 0.385.
+    assert (o.ttft_s.mean, o.ttft_s.p50, o.ttft_s.p95) == pytest.approx((0.25, 0.25, 0.385))
+    assert o.tpot_s.mean == pytest.approx(0.075)  # (0.1 + 0.1 + 0.05 + 0.05) / 4
+    assert o.itl_s.count == 30  # 10 + 20 chunk gaps, all from the autoregressive arm
+    assert o.e2e_s.p50 == pytest.approx(1.25)  # sorted 0.7, 1.1, 1.4, 2.3 -> (1.1 + 1.4) / 2
+
+
+def test_rule_summary_acceptance_per_arm_and_class():
+    s = summarize(RECORDS, wall_s=4.0, num_resamples=200)
+    d = s.by_arm["dspine"]
+    assert (d.num_requests, d.num_ok, d.output_tokens) == (3, 2, 32)
+    assert d.output_throughput_tok_s == pytest.approx(8.0)  # 32 / 4 s shared wall time
+    a = d.acceptance
+    # Lengths 2.75 and 3.0: p10 = 2.75 + 0.1 * 0.25 = 2.775, p50 = 2.875, p90 = 2.975.
+    assert (a.p10, a.p50, a.p90, a.mean) == pytest.approx((2.775, 2.875, 2.975, 2.875))
+    assert a.token_weighted == pytest.approx(32 / 11)  # 32 tokens / (4 + 7) verify steps
+    assert a.histogram == [0, 1, 10]
+    assert s.by_arm["autoregressive"].acceptance.histogram == [32]
+    assert set(s.acceptance_by_arm_and_class["autoregressive"]) == {"agent", "chat"}
+    assert s.acceptance_by_arm_and_class["dspine"]["agent"].p50 == pytest.approx(2.875)
+    assert set(s.by_workload_class) == {"agent", "chat"}
+
+
+def test_rule_summary_ratios_against_baseline():
+    s = summarize(RECORDS, wall_s=4.0, num_resamples=200)
+    assert s.baseline_arm == "autoregressive"  # named baseline wins over sorted order
+    ratios = {r.metric: r.ratio for r in s.arm_ratios}
+    # TPOT is constant inside each arm (0.1 vs 0.05), so the ratio and its CI are exactly 0.5.
+    assert (ratios["tpot_s"].estimate, ratios["tpot_s"].low, ratios["tpot_s"].high) == pytest.approx((0.5, 0.5, 0.5))
+    assert ratios["accept_length"].estimate == pytest.approx(2.875)  # 2.875 / 1.0
+    assert ratios["e2e_s"].estimate == pytest.approx(1.05 / 1.7)  # (0.7+1.4)/2 over (1.1+2.3)/2
+    assert ratios["e2e_s"].low <= ratios["e2e_s"].estimate <= ratios["e2e_s"].high
+    assert s.overall.mean_ci["ttft_s"].estimate == pytest.approx(0.25)
+
+
+def test_single_arm_has_no_ratios_and_records_round_trip(tmp_path):
+    s = summarize(RECORDS[:2], wall_s=0.0, num_resamples=10)
+    assert s.arm_ratios == [] and s.baseline_arm is None
+    assert s.overall.output_throughput_tok_s is None  # no wall time measured
+    write_records(tmp_path / "r.jsonl", RECORDS)
+    assert read_records(tmp_path / "r.jsonl") == RECORDS
+    assert RECORDS[4].tpot_s is None and RECORDS[0].tpot_s == pytest.approx(0.1)

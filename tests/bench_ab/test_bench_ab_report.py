@@ -1,0 +1,208 @@
+"""A/B report on hand-made records: percentiles, throughput, acceptance, cost, bootstrap and verdict."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ray_dspine.bench.ab_report import (
+    PoolPrice,
+    RunRecord,
+    bootstrap_means,
+    build_report,
+    choose_baseline,
+    interval,
+    percentile,
+)
+from ray_dspine.bench.ab_report_cli import load_pool_prices, load_records, register_ab_report
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIG = """
+applications:
+  - name: dspine
+    args:
+      pools:
+        - name: spec
+          gpu_hour_usd: 9.0
+          deployment: {num_gpus: 1, num_replicas: 1}
+        - name: ar
+          gpu_hour_usd: 9.0
+          deployment: {num_replicas: 1, ray_actor_options: {num_gpus: 2}}
+        - name: unpriced
+          deployment: {num_gpus: 1, num_replicas: 1}
+"""
+
+
+def _record(arm, pool, path, start, end, tokens, ttft, e2e, itl=(), accept=None, error=None, **extra):
+    return {"arm": arm, "pool": pool, "path": path, "start_s": start, "end_s": end, "output_tokens": tokens,
+            "prompt_tokens": 50, "ttft_s": ttft, "itl_s": list(itl), "e2e_s": e2e, "accept_length": accept,
+            "accept_histogram": [], "error": error, "finish_reason": "stop", "workload": "agent", **extra}
+
+
+def sequential_records() -> list[dict]:
+    # speculative: t = 0..100 s; autoregressive: t = 200..400 s (one after the other).
+    spec = [
+        _record("speculative", "spec", "speculative", 0, 25, 100, 0.1, 1.0, [0.01, 0.02], 2.0),
+        _record("speculative", "spec", "speculative", 10, 35, 200, 0.2, 2.0, [0.03], 3.0),
+        _record("speculative", "spec", "speculative", 20, 45, 300, 0.3, 3.0, [0.04], 4.0),
+        _record("speculative", "spec", "speculative", 30, 100, 400, 0.4, 4.0, [], 5.0),
+        _record("speculative", "spec", "speculative", 50, 60, 0, None, None, error="HTTP 503"),
+    ]
+    ends = [250, 260, 270, 400]
+    ar = [_record("autoregressive", "ar", "autoregressive", 200 + 10 * i, ends[i], 100, 0.097 + 0.1 * i,
+                  2.0 * (i + 1), [], 1.0) for i in range(4)]
+    return spec + ar
+
+
+def _write_run(tmp_path: Path, records: list[dict]) -> Path:
+    run = tmp_path / "run"
+    run.mkdir(parents=True)
+    lines = [json.dumps(r) for r in records] + ["", "{not json"]
+    (run / "records.jsonl").write_text("\n".join(lines) + "\n")
+    (tmp_path / "pools.yaml").write_text(CONFIG)  # run.parent == tmp_path
+    return run
+
+
+def _report(tmp_path, records=None, config=True, **kwargs):
+    run = _write_run(tmp_path, records or sequential_records())
+    loaded, bad = load_records(run)
+    prices = load_pool_prices(tmp_path / "pools.yaml") if config else None
+    return build_report(loaded, prices=prices, rng=np.random.default_rng(0), source=str(run),
+                        num_bad_lines=bad, **kwargs)
+
+
+def test_rule_percentiles_linear_interpolation():
+    # sorted [100, 200, 300, 400]: p50 at rank 1.5 -> 250; p95 at 2.85 -> 300 + 0.85*100 = 385; p99 at 2.97 -> 397
+    values = [400, 100, 300, 200]
+    assert (percentile(values, 50), percentile(values, 95), percentile(values, 99)) == pytest.approx((250, 385, 397))
+    assert percentile([], 50) is None
+
+
+def test_rule_per_arm_throughput_latency_acceptance(tmp_path):
+    report = _report(tmp_path)
+    spec, ar = {a.name: a for a in report.arms}["speculative"], {a.name: a for a in report.arms}["autoregressive"]
+    assert (spec.num_requests, spec.num_completed, spec.num_failed) == (5, 4, 1)
+    # 100 + 200 + 300 + 400 = 1000 tokens over the arm span 100 - 0 = 100 s -> 10 tok/s
+    assert spec.span_s == 100 and spec.output_tok_per_s == pytest.approx(10.0)
+    # autoregressive: 4 * 100 = 400 tokens over 400 - 200 = 200 s -> 2 tok/s
+    assert ar.span_s == 200 and ar.output_tok_per_s == pytest.approx(2.0)
+    # TTFT 100/200/300/400 ms -> p50 250, p95 385, p99 397
+    assert (spec.ttft_ms.p50, spec.ttft_ms.p95, spec.ttft_ms.p99) == pytest.approx((250, 385, 397))
+    # ITL gaps pooled: 10, 20, 30, 40 ms -> p50 25, p95 38.5
+    assert (spec.itl_ms.p50, spec.itl_ms.p95) == pytest.approx((25, 38.5))
+    # e2e 1, 2, 3, 4 s -> mean 2500 ms
+    assert spec.e2e_ms.mean == pytest.approx(2500)
+    # acceptance 2, 3, 4, 5: mean 3.5; p10 at rank 0.3 -> 2.3; p50 3.5; p90 at rank 2.7 -> 4.7
+    acc = spec.acceptance
+    assert (acc.mean, acc.p10, acc.p50, acc.p90) == pytest.approx((3.5, 2.3, 3.5, 4.7))
+    assert spec.paths == {"speculative": 4}
+    assert report.num_bad_lines == 1 and report.num_records == 9
+
+
+def test_rule_cost_per_completed_request(tmp_path):
+    report = _report(tmp_path)
+    arms = {a.name: a for a in report.arms}
+    # run span 400 - 0 = 400 s = 1/9 h.
+    # spec: 9 USD/GPU-h * 1 GPU * 1 replica * 1/9 h = 1.0 USD over 4 completed -> 0.25
+    # ar:   9 USD/GPU-h * 2 GPUs * 1 replica * 1/9 h = 2.0 USD over 4 completed -> 0.50
+    assert report.run_span_s == 400
+    assert arms["speculative"].cost_usd == pytest.approx(1.0)
+    assert arms["speculative"].cost_per_completed_usd == pytest.approx(0.25)
+    assert arms["autoregressive"].cost_per_completed_usd == pytest.approx(0.5)
+    assert report.comparisons[0].cost_per_completed_ratio == pytest.approx(0.5)
+
+
+def test_rule_cpu_pool_priced_per_replica_hour_and_unknown_costs():
+    assert PoolPrice(name="cpu", gpu_hour_usd=0.1, num_gpus=0, num_replicas=3).usd_per_hour == pytest.approx(0.3)
+    assert PoolPrice(name="x", gpu_hour_usd=None, num_gpus=1, num_replicas=1).usd_per_hour is None
+    prices = load_pool_prices(REPO / "clusters" / "local.yaml")
+    assert prices["spec"].usd_per_hour == pytest.approx(0.10)  # 0.10 per replica-hour, 1 replica, no GPU
+
+
+def test_unpriced_pool_makes_cost_unknown(tmp_path):
+    records = [_record("a", "unpriced", "speculative", i, i + 1, 10, 0.1, 1.0) for i in range(3)]
+    records += [_record("b", "missing", "autoregressive", i, i + 1, 10, 0.1, 1.0) for i in range(3)]
+    report = _report(tmp_path, records)
+    notes = {a.name: a.cost_note for a in report.arms}
+    assert notes == {"a": "cost unknown: pool 'unpriced' no gpu_hour_usd or num_replicas",
+                     "b": "cost unknown: pool 'missing' not in the config"}
+    assert "cost per completed request unknown" in report.verdict
+
+
+def test_rule_verdict_line_sequential_arms(tmp_path):
+    report = _report(tmp_path)
+    assert report.baseline == "autoregressive"
+    comparison = report.comparisons[0]
+    assert comparison.speed_metric == "output throughput" and comparison.spans_overlap == 0
+    low, high = comparison.speed_ratio_ci
+    # Baseline tokens are constant (2 tok/s); candidate resamples give 4 * mean(tokens*) / 100 in [4, 16] tok/s,
+    # so the ratio's CI lies within [2, 8] and excludes 1.
+    assert 2.0 <= low <= 5.0 <= high <= 8.0
+    # TTFT p50: 250 - 247 = +3 ms; e2e p50: 2500 - 5000 = -2500 ms
+    assert re.fullmatch(
+        r"speculative beats autoregressive: 5\.00x output throughput \[\d\.\d\d, \d\.\d\d\], "
+        r"50% lower cost per completed request; TTFT p50 \+3 ms, e2e p50 -2500 ms",
+        report.verdict,
+    ), report.verdict
+
+
+def test_rule_verdict_no_significant_difference_when_interleaved(tmp_path):
+    # Two arms with the same per-request rates, interleaved in time: the per-request output rate decides.
+    records = []
+    for i in range(20):
+        tokens = 90 if i % 2 else 110
+        records.append(_record("x", "spec", "speculative", i, i + 2.0, tokens, 0.1, 2.0))
+        records.append(_record("y", "ar", "autoregressive", i + 0.5, i + 2.5, 200 - tokens, 0.1, 2.0))
+    report = _report(tmp_path, records, config=False)
+    comparison = report.comparisons[0]
+    assert comparison.speed_metric == "per-request output rate"
+    assert comparison.speed_ratio == pytest.approx(1.0)
+    assert report.verdict.startswith(
+        "no significant difference in per-request output rate between x and y: 1.00x [")
+    assert "cost per completed request unknown; TTFT p50 +0 ms, e2e p50 +0 ms" in report.verdict
+
+
+def test_rule_grouping_by_arm_then_pool_and_baseline_choice(tmp_path):
+    records = [_record(None, "spec", "speculative", 0, 1, 5, 0.1, 1.0),
+               _record("", "ar", "autoregressive", 0, 1, 5, 0.1, 1.0)]
+    report = _report(tmp_path, records, config=False)
+    assert [a.name for a in report.arms] == ["ar", "spec"] and report.baseline == "ar"
+    with pytest.raises(ValueError, match="not among the arms"):
+        choose_baseline(report.arms, "nope")
+    single = _report(tmp_path / "s", records[:1], config=False)
+    assert single.verdict == "only one arm (spec): nothing to compare"
+
+
+def test_rule_bootstrap_seeded_and_brackets_the_mean():
+    values = np.asarray([1.0, 2.0, 3.0, 4.0, 10.0])
+    first = interval(bootstrap_means(values, np.random.default_rng(7), 2000))
+    again = interval(bootstrap_means(values, np.random.default_rng(7), 2000))
+    assert first == again and first[0] < values.mean() < first[1]
+    assert interval(bootstrap_means(np.full(5, 3.0), np.random.default_rng(0), 500)) == (3.0, 3.0)
+    assert bootstrap_means(values, np.random.default_rng(0), 1234).shape == (1234,)
+
+
+def test_tolerant_loader_accepts_replay_field_names():
+    record = RunRecord.model_validate({"arm": "a", "start_unix_s": 5.0, "end_unix_s": 7.0, "new_field": 1,
+                                       "error_kind": "timeout", "error": None})
+    assert (record.start_s, record.end_s, record.completed) == (5.0, 7.0, False)
+
+
+def test_cli_table_and_json(tmp_path, capsys):
+    run = _write_run(tmp_path, sequential_records())
+    parser = argparse.ArgumentParser(prog="bench")
+    register_ab_report(parser.add_subparsers())
+    args = parser.parse_args(["ab-report", str(run), "--config", str(tmp_path / "pools.yaml")])
+    assert args.func(args) == 0
+    text = capsys.readouterr().out
+    assert "TTFT ms p50/p95/p99" in text and "250.0 / 385.0 / 397.0" in text
+    assert "verdict: speculative beats autoregressive: 5.00x output throughput" in text
+    args = parser.parse_args(["ab-report", str(run), "--json", "--resamples", "500"])
+    assert args.func(args) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["baseline"] == "autoregressive" and payload["num_resamples"] == 500

@@ -1,0 +1,141 @@
+"""The embedded engine with the real SmolLM2-135M model (loaded once for the module, fp32)."""
+
+import asyncio
+
+import pytest
+
+from ray_dspine.engines.embedded.config import EmbeddedEngineConfig
+from ray_dspine.engines.embedded.engine import EmbeddedEngine
+from ray_dspine.engines.embedded.model import ModelFileError, load_model, resolve_model_file
+from ray_dspine.engines.protocol import ChatMessage, EngineError, GenerateRequest
+
+CODE = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"
+PROMPTS = [
+    "What is the capital of France?",
+    "Rename add to plus and return the whole code:\n" + CODE,
+    "Repeat exactly: alpha beta gamma delta, alpha beta gamma delta.",
+]
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    return load_model(EmbeddedEngineConfig(dtype="fp32"))
+
+
+def engine(loaded, **overrides) -> EmbeddedEngine:
+    config = EmbeddedEngineConfig(dtype="fp32", **overrides)
+    return EmbeddedEngine(config, loader=lambda _c: loaded)
+
+
+def request(text, max_tokens=48, request_id="r", **kw) -> GenerateRequest:
+    return GenerateRequest(
+        request_id=request_id, messages=[ChatMessage(role="user", content=text)], max_tokens=max_tokens,
+        temperature=kw.pop("temperature", 0.0), **kw,
+    )
+
+
+async def run(eng: EmbeddedEngine, req: GenerateRequest):
+    chunks = [chunk async for chunk in eng.generate(req)]
+    return "".join(c.text for c in chunks), chunks[-1]
+
+
+def test_greedy_output_identical_with_and_without_speculation(loaded):
+    async def main():
+        spec, ar = engine(loaded, speculative=True), engine(loaded, speculative=False)
+        await spec.start()
+        await ar.start()
+        results = []
+        for i, text in enumerate(PROMPTS):
+            results.append((await run(spec, request(text, request_id=f"s{i}")), await run(ar, request(text, request_id=f"a{i}"))))
+        await spec.stop()
+        await ar.stop()
+        return results
+
+    results = asyncio.run(main())
+    for (spec_text, spec_last), (ar_text, ar_last) in results:
+        assert spec_text == ar_text
+        assert ar_last.usage.accept_length == 1.0
+        assert ar_last.usage.path == "autoregressive" and spec_last.usage.path == "speculative"
+        # histogram and counters agree: sum over k of (k+1) * hist[k] = completion tokens
+        usage = spec_last.usage
+        assert sum((k + 1) * n for k, n in enumerate(usage.accept_histogram)) == usage.completion_tokens
+        assert sum(usage.accept_histogram) == usage.verify_steps
+    # the code edit repeats its input: speculation must accept more than one token per step there
+    assert results[1][0][1].usage.accept_length > 1.5
+
+
+def test_max_tokens_is_honoured_exactly(loaded):
+    async def main():
+        eng = engine(loaded)
+        await eng.start()
+        out = await run(eng, request(PROMPTS[2], max_tokens=5))
+        await eng.stop()
+        return out
+
+    _text, last = asyncio.run(main())
+    assert last.usage.completion_tokens == 5 and last.finish_reason == "length"
+
+
+def test_context_limits_refused_with_field_named(loaded):
+    async def main():
+        eng = engine(loaded, context_length_tokens=64, kv_budget_tokens=72)
+        await eng.start()
+        with pytest.raises(EngineError) as too_many:
+            await run(eng, request("hi", max_tokens=60))
+        with pytest.raises(EngineError) as too_long:
+            await run(eng, request("word " * 100, max_tokens=1))
+        clamped = await run(eng, request("hi", max_tokens=60, clamp_max_tokens=True))
+        await eng.stop()
+        return too_many.value, too_long.value, clamped
+
+    too_many, too_long, (_text, last) = asyncio.run(main())
+    assert too_many.status == 400 and too_many.param == "max_tokens"
+    assert too_long.status == 400 and too_long.param == "messages"
+    assert last.usage.prompt_tokens + last.usage.completion_tokens <= 64
+
+
+def test_queue_beyond_slots_and_cancel_frees_budget(loaded):
+    async def main():
+        eng = engine(loaded, max_running_requests=1, max_queued_requests=1)
+        await eng.start()
+        first = eng.generate(request(PROMPTS[0], max_tokens=200, request_id="one"))
+        await first.__anext__()  # running, holding the only slot
+        second = eng.generate(request(PROMPTS[0], max_tokens=4, request_id="two"))
+        second_task = asyncio.ensure_future(second.__anext__())
+        await asyncio.sleep(0.2)
+        busy = eng.load()
+        with pytest.raises(EngineError) as overloaded:
+            await eng.generate(request(PROMPTS[0], request_id="three")).__anext__()
+        await first.aclose()  # a client that goes away frees its slot
+        await second_task
+        async for _ in second:
+            pass
+        await asyncio.sleep(0.1)
+        idle = eng.load()
+        await eng.stop()
+        return busy, overloaded.value, idle
+
+    busy, overloaded, idle = asyncio.run(main())
+    assert busy.num_running == 1 and busy.num_queued == 1 and busy.free_state_slots == 0
+    assert overloaded.status == 429
+    assert idle.num_running == 0 and idle.free_kv_tokens == idle.total_kv_tokens
+
+
+def test_sampling_is_reproducible_with_a_seed(loaded):
+    async def main():
+        eng = engine(loaded)
+        await eng.start()
+        a = await run(eng, request(PROMPTS[0], temperature=0.9, seed=7, request_id="x"))
+        b = await run(eng, request(PROMPTS[0], temperature=0.9, seed=7, request_id="y"))
+        await eng.stop()
+        return a[0], b[0]
+
+    a, b = asyncio.run(main())
+    assert a == b and a
+
+
+def test_wrong_model_file_is_refused(tmp_path):
+    bad = tmp_path / "model.gguf"
+    bad.write_bytes(b"not a model")
+    with pytest.raises(ModelFileError, match="sha256"):
+        resolve_model_file(EmbeddedEngineConfig(model_path=str(bad)))

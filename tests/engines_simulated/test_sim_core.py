@@ -1,0 +1,248 @@
+"""The clock-free core, on a profile with round numbers so every time can be worked out by hand.
+
+Round profile: decode = 20 + 1 * n + 0.001 * context ms; verify adds 4 + 0.5 * n * (D - 1) ms, D = 4;
+prefill = 20 + 0.1 * uncached prompt tokens ms. Workload "full" has acceptance 4.0 = D, so every
+verify step keeps the whole block (alpha = 1) and draws are fixed.
+"""
+
+import random
+
+import pytest
+
+from ray_dspine.engines.protocol import EngineError
+from ray_dspine.engines.simulated.config import SimulatedEngineConfig
+from ray_dspine.engines.simulated.core import SimReplicaCore
+from ray_dspine.engines.simulated.profile import (
+    CalibrationPoint,
+    DecodeModel,
+    DrafterProfile,
+    PrefillModel,
+    SimProfile,
+)
+from ray_dspine.engines.simulated.request import SimEvent, SimRequest
+
+
+def round_profile() -> SimProfile:
+    return SimProfile(
+        name="round", gpu="none", model="none", sources=[], assumptions=[],
+        calibration=CalibrationPoint(
+            concurrency=1, context_tokens_per_request=0, workload="full", autoregressive_output_tok_s=1.0
+        ),
+        decode=DecodeModel(base_ms=20.0, per_running_ms=1.0, per_kv_token_ms=0.001),
+        verify_per_token_ms=0.5,
+        prefill=PrefillModel(per_token_ms=0.1),
+        drafters={
+            "dspine": DrafterProfile(
+                draft_tokens=4, draft_ms=4.0, draft_vram_gb=4.0, accept_length={"full": 4.0},
+                per_request_cv=0.0, reference_output_tok_s=1.0,
+            )
+        },
+    )  # fmt: skip
+
+
+def make_core(drafter="none", total_kv=100, slots=8, per_request=1, max_running=8, ema=0.05) -> SimReplicaCore:
+    config = SimulatedEngineConfig(
+        profile="round", workload="full", drafter=drafter, total_kv_tokens=total_kv, num_state_slots=slots,
+        state_slots_per_request=per_request, prefix_block_tokens=4, max_running_requests=max_running,
+        accept_ema_weight=ema,
+    )  # fmt: skip
+    return SimReplicaCore(config, round_profile(), random.Random(0))
+
+
+def drain(core: SimReplicaCore, check=None) -> list[SimEvent]:
+    events = []
+    while (t := core.next_event_s()) is not None:
+        events += core.advance_to(t)
+        if check:
+            check(core)
+    return events
+
+
+def req(rid, prompt, max_tokens, hashes=()) -> SimRequest:
+    return SimRequest(rid, prompt, max_tokens, tuple(hashes))
+
+
+def test_rule_autoregressive_timeline_prefill_then_batched_decode():
+    core = make_core()
+    core.submit(req("a", 10, 3), 0.0)
+    events = drain(core)
+    # prefill 20 + 0.1 * 10 = 21 ms; decode ctx 11: 20 + 1 + 0.011 = 21.011; ctx 12: 21.012
+    kinds = [(e.kind, e.num_tokens) for e in events]
+    assert kinds == [("first_token", 1), ("tokens", 1), ("tokens", 1), ("finished", 0)]
+    assert [e.time_s for e in events] == pytest.approx([0.021, 0.042011, 0.063023, 0.063023])
+    usage = events[-1].usage
+    assert usage.prompt_tokens == 10 and usage.completion_tokens == 3 and usage.total_tokens == 13
+    assert usage.verify_steps == 3 and usage.accept_length == 1.0 and usage.accept_histogram == [3]
+    assert usage.path == "autoregressive" and usage.cached_prompt_tokens == 0
+    assert events[-1].finish_reason == "length"
+
+
+def test_rule_requests_join_at_the_next_step_boundary_and_prefill_goes_first():
+    core = make_core()
+    core.submit(req("a", 10, 2), 0.0)
+    core.submit(req("b", 20, 2), 0.005)  # mid-prefill of a: waits for the boundary at 21 ms
+    events = drain(core)
+    # a prefill 0 -> 21 ms; b prefill 20 + 2 = 22 ms -> 43 ms; batched decode n = 2,
+    # ctx (10 + 1) + (20 + 1) = 32: 20 + 2 + 0.032 = 22.032 ms -> 65.032 ms
+    got = [(e.kind, e.request_id, round(e.time_s, 6)) for e in events]
+    assert got == [
+        ("first_token", "a", 0.021),
+        ("first_token", "b", 0.043),
+        ("tokens", "a", 0.065032),
+        ("finished", "a", 0.065032),
+        ("tokens", "b", 0.065032),
+        ("finished", "b", 0.065032),
+    ]
+
+
+def test_rule_verify_steps_count_prefill_and_cap_at_max_tokens():
+    core = make_core(drafter="dspine", ema=0.5)
+    core.submit(req("a", 10, 10), 0.0)
+    events = drain(core)
+    # prefill 21 ms (1 token); verify = decode + 4 + 0.5 * 1 * 3: ctx 11 -> 26.511 ms (+4 tokens),
+    # ctx 15 -> 26.515 ms (+4), ctx 19 -> 26.519 ms (+1: capped at the 10th token)
+    assert [e.num_tokens for e in events if e.kind != "finished"] == [1, 4, 4, 1]
+    assert [e.time_s for e in events[:4]] == pytest.approx([0.021, 0.047511, 0.074026, 0.100545])
+    usage = events[-1].usage
+    # 10 tokens / 4 target forwards = 2.5; histogram: two 1-token steps, two 4-token steps
+    assert usage.verify_steps == 4 and usage.accept_length == 2.5 and usage.accept_histogram == [2, 0, 0, 2]
+    assert usage.path == "speculative"
+
+
+def test_rule_acceptance_ema_weighs_the_newest_step():
+    core = make_core(drafter="dspine", ema=0.5)
+    core.submit(req("a", 10, 10), 0.0)
+    drain(core)
+    # 1.0 -> 0.5 * 1 + 0.5 * 4 = 2.5 -> 0.5 * 2.5 + 0.5 * 4 = 3.25 -> 0.5 * 3.25 + 0.5 * 1 = 2.125
+    assert core.load().accept_length_ema == pytest.approx(2.125)
+
+
+def test_rule_path_is_autoregressive_after_a_fallback():
+    core = make_core(drafter="dspine")
+    core.submit(req("a", 10, 10), 0.0)
+    core.advance_to(0.030)  # prefill done (21 ms), first verify step in flight (to 47.511 ms)
+    core.set_drafter_enabled(False)  # applies from the next step to start
+    events = drain(core)
+    usage = events[-1].usage
+    # 1 (prefill) + 4 (verify) + 5 autoregressive steps = 10 tokens in 7 steps
+    assert usage.verify_steps == 7 and usage.accept_histogram == [6, 0, 0, 1] and usage.path == "autoregressive"
+    load = core.load()
+    assert not load.drafter_active and load.draft_vram_gb == 4.0
+
+
+def test_rule_prefix_hits_reduce_prefill_and_are_counted():
+    core = make_core()
+    core.submit(req("a", 10, 2, ["h0", "h1", "h2"]), 0.0)  # 10 // 4 = 2 full blocks: h2 is ignored
+    drain(core)
+    assert core.prefix_cache.num_blocks == 2
+    t0 = core.now_s
+    core.submit(req("b", 10, 2, ["h0", "h1", "h2"]), t0)  # hit min(2, (10 - 1) // 4 = 2) = 2 blocks
+    b = drain(core)
+    # prefill 20 + 0.1 * (10 - 8) = 20.2 ms instead of 21 ms
+    assert b[0].time_s - t0 == pytest.approx(0.0202)
+    assert b[-1].usage.cached_prompt_tokens == 8
+    t1 = core.now_s
+    core.submit(req("c", 8, 2, ["h0", "h1"]), t1)  # capped: min(2, (8 - 1) // 4 = 1) = 1 block
+    c = drain(core)
+    assert c[0].time_s - t1 == pytest.approx(0.0204)  # 20 + 0.1 * 4
+    counters = core.counters()
+    assert counters.num_prefix_hit_tokens == 8 + 4
+    assert counters.num_prefill_tokens == 10 + 2 + 4
+
+
+def test_rule_kv_accounting_moves_prefilled_blocks_into_the_cache():
+    core = make_core()
+    core.submit(req("a", 10, 2, ["h0", "h1"]), 0.0)
+    assert core.load().free_kv_tokens == 88  # reserved 10 + 2 = 12
+    core.advance_to(0.021)  # prefill done: 8 tokens move to the cache, pinned; still 88 free
+    assert core.load().free_kv_tokens == 88 and core.prefix_cache.evictable_tokens == 0
+    drain(core)
+    assert core.load().free_kv_tokens == 100  # 92 free + 8 evictable
+    core.submit(req("b", 10, 2, ["h0", "h1"]), core.now_s)
+    assert core.load().free_kv_tokens == 88  # private 10 - 8 + 2 = 4, cached 8 pinned
+
+
+def test_rule_admission_waits_rather_than_over_commits():
+    core = make_core(total_kv=100)
+    core.submit(req("a", 40, 40), 0.0)  # 80 tokens
+    core.submit(req("b", 30, 10), 0.0)  # 40: does not fit beside a -> waits at the head
+    core.submit(req("c", 5, 5), 0.0)  # 10: would fit, but first come first served
+    assert core.load().num_running == 1 and core.load().num_queued == 2
+
+    def never_negative(c):
+        assert c.load().free_kv_tokens >= 0
+
+    events = drain(core, never_negative)
+    finished_a = next(e.time_s for e in events if e.kind == "finished" and e.request_id == "a")
+    first_b = next(e.time_s for e in events if e.kind == "first_token" and e.request_id == "b")
+    assert first_b > finished_a
+    counters = core.counters()
+    assert counters.num_waited_for_memory == 1 and counters.num_retractions == 0
+    assert counters.num_finished == 3
+    assert counters.peak_kv_utilization == pytest.approx(0.8)  # a alone: 80 / 100; b + c: 50 / 100
+
+
+def test_rule_state_slots_and_running_cap_gate_admission():
+    core = make_core(slots=3, per_request=2)
+    core.submit(req("a", 10, 2), 0.0)
+    core.submit(req("b", 10, 2), 0.0)
+    assert core.load().free_state_slots == 1 and core.load().num_queued == 1
+    drain(core)
+    counters = core.counters()
+    assert counters.num_waited_for_state_slots == 1 and counters.peak_state_utilization == pytest.approx(2 / 3)
+    capped = make_core(max_running=1)
+    capped.submit(req("a", 10, 2), 0.0)
+    capped.submit(req("b", 10, 2), 0.0)
+    assert capped.load().num_running == 1 and capped.load().num_queued == 1
+
+
+def test_rule_refuses_requests_that_can_never_fit():
+    with pytest.raises(EngineError) as err:
+        make_core(total_kv=100).submit(req("a", 60, 41), 0.0)  # 101 > 100
+    assert err.value.status == 400 and err.value.code == "context_length_exceeded"
+    with pytest.raises(EngineError) as err:
+        make_core(slots=3, per_request=4).submit(req("a", 1, 1), 0.0)
+    assert err.value.status == 503
+    core = make_core()
+    core.submit(req("a", 1, 1), 0.0)
+    with pytest.raises(EngineError):
+        core.submit(req("a", 1, 1), 0.0)
+
+
+def test_rule_eviction_frees_only_what_admission_is_missing():
+    core = make_core(total_kv=20)
+    core.submit(req("a", 8, 2, ["h0", "h1"]), 0.0)
+    drain(core)  # cache: h0, h1 (8 tokens), both evictable
+    core.submit(req("b", 12, 4, ["g0", "g1", "g2"]), core.now_s)
+    # b needs 12 + 4 = 16; free = 20 - 8 = 12; missing 4 -> one block: h1, the leaf released first
+    assert core.counters().num_evicted_blocks == 1
+    assert core.prefix_cache.contains("h0") and not core.prefix_cache.contains("h1")
+    drain(core, lambda c: c.load().free_kv_tokens >= 0 or pytest.fail("over-committed"))
+    assert core.counters().num_retractions == 0
+
+
+def test_rule_cancel_frees_kv_and_slots_wherever_the_request_is():
+    core = make_core(total_kv=100)
+    core.submit(req("a", 40, 40, ["h0"]), 0.0)
+    core.submit(req("b", 30, 30), 0.0)  # queued: 70 + 60 > 100
+    core.advance_to(0.025)  # a prefilled (20 + 4 = 24 ms), first decode step in flight
+    assert core.cancel("b") and core.load().num_queued == 0
+    assert core.cancel("a")
+    load = core.load()
+    assert load.free_kv_tokens == 100 and load.free_state_slots == 8 and load.num_running == 0
+    assert core.prefix_cache.evictable_tokens == 4  # a's block stays cached, now unreferenced
+    assert drain(core) == []  # the in-flight step ends with no tokens for the cancelled request
+    assert not core.cancel("a") and core.counters().num_cancelled == 2
+
+
+def test_rule_time_only_moves_forward_and_submit_catches_up_first():
+    core = make_core()
+    core.submit(req("a", 10, 1), 0.0)  # done at 21 ms
+    core.submit(req("b", 10, 1), 0.5)  # no advance_to in between: a completes first, b starts at 0.5
+    events = core.advance_to(1.0)
+    assert [(e.kind, e.request_id) for e in events] == [
+        ("first_token", "a"), ("finished", "a"), ("first_token", "b"), ("finished", "b"),
+    ]  # fmt: skip
+    assert events[2].time_s == pytest.approx(0.521)
+    with pytest.raises(ValueError):
+        core.advance_to(0.9)

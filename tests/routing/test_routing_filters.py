@@ -1,0 +1,61 @@
+import math
+
+from ray_dspine.engines.protocol import LoadSnapshot
+from ray_dspine.routing.filters import filter_replicas
+from ray_dspine.routing.types import ReplicaView, RequestView
+
+PARAMS = dict(stale_after_s=5.0, stale_headroom_fraction=0.5, drop_after_s=60.0)
+
+
+def view(rid, age=0.0, **load):
+    base = dict(total_kv_tokens=10_000, free_kv_tokens=10_000, total_state_slots=8, free_state_slots=8)
+    return ReplicaView(rid, LoadSnapshot(**{**base, **load}), age)
+
+
+REQ = RequestView("q", needed_kv_tokens=1000, num_state_slots=1)
+
+
+def kept_ids(replicas, request=REQ):
+    return [v.replica_id for v in filter_replicas(request, replicas, **PARAMS).kept]
+
+
+def test_rule_healthy():
+    result = filter_replicas(REQ, [view("a", healthy=False), view("b")], **PARAMS)
+    assert [v.replica_id for v in result.kept] == ["b"] and result.rejected["a"] == "unhealthy"
+
+
+def test_rule_holds_kv():
+    # 999 free < 1000 needed -> out; exactly 1000 -> in
+    assert kept_ids([view("a", free_kv_tokens=999), view("b", free_kv_tokens=1000)]) == ["b"]
+
+
+def test_rule_holds_state_with_speculation_slots():
+    # speculation: 3 slots per request; 2 free < 1 * 3 -> out; 3 free -> in
+    replicas = [
+        view("a", free_state_slots=2, state_slots_per_request=3),
+        view("b", free_state_slots=3, state_slots_per_request=3),
+    ]
+    assert kept_ids(replicas) == ["b"]
+
+
+def test_rule_no_state_pool_skips_state_check():
+    assert kept_ids([view("a", total_state_slots=0, free_state_slots=0)]) == ["a"]
+
+
+def test_rule_stale_report_trusts_a_fraction():
+    # age 6 s > stale_after 5 s: trust 0.5 -> 0.5 * 1500 = 750 < 1000 -> out; 0.5 * 2000 = 1000 -> in
+    replicas = [view("a", age=6.0, free_kv_tokens=1500), view("b", age=6.0, free_kv_tokens=2000)]
+    assert kept_ids(replicas) == ["b"]
+    # same report 4 s old is trusted fully
+    assert kept_ids([view("a", age=4.0, free_kv_tokens=1500)]) == ["a"]
+
+
+def test_rule_drop_after():
+    result = filter_replicas(REQ, [view("a", age=61.0)], **PARAMS)
+    assert result.kept == [] and "drop_after_s" in result.rejected["a"]
+
+
+def test_rule_unreported_set_aside():
+    result = filter_replicas(REQ, [ReplicaView("new", LoadSnapshot(), math.inf), view("b")], **PARAMS)
+    assert [v.replica_id for v in result.kept] == ["b"]
+    assert [v.replica_id for v in result.unreported] == ["new"]

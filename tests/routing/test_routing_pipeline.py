@@ -1,0 +1,113 @@
+import math
+
+import pytest
+
+from ray_dspine.engines.protocol import LoadSnapshot
+from ray_dspine.routing.config import RouterConfig
+from ray_dspine.routing.pipeline import RoutingPipeline
+from ray_dspine.routing.reservations import ReservationLedger
+from ray_dspine.routing.types import ReplicaView, RequestView
+
+
+class FakeClock:
+    def __init__(self, now=100.0, step=0.0):
+        self.now, self.step = now, step
+
+    def __call__(self):
+        value = self.now
+        self.now += self.step
+        return value
+
+
+def view(rid, age=0.0, **load):
+    base = dict(total_kv_tokens=10_000, free_kv_tokens=10_000)
+    return ReplicaView(rid, LoadSnapshot(**{**base, **load}), age)
+
+
+def pipeline(clock=None, **cfg):
+    return RoutingPipeline(RouterConfig(**cfg), clock or FakeClock())
+
+
+def test_rule_scored_ranking_default_weights():
+    p = pipeline()
+    earlier = RequestView("q0", session_id="s", prefix_hashes=("h0", "h1"), needed_kv_tokens=0)
+    p.on_placed(earlier, "a")
+    request = RequestView("q1", session_id="s", prefix_hashes=("h0", "h1"), needed_kv_tokens=1000)
+    replicas = [view("a", free_kv_tokens=6000, num_running=1), view("b", free_kv_tokens=9000)]
+    decision = p.choose(request, replicas)
+    # a: affinity 1*1 + prefix 2*(2/2) + kv 1*(6000-1000)/10000 + mamba 0.5*1 (no pool) + queue 1*1/(1+1) = 4.5
+    # b: 0 + 0 + 1*(9000-1000)/10000 + 0.5*1 + 1*1/(1+0) = 2.3
+    assert decision.ranked_replica_ids == ("a", "b") and not decision.wait
+    assert decision.total_scores == pytest.approx({"a": 4.5, "b": 2.3})
+    assert decision.scores["prefix_match"] == {"a": 1.0, "b": 0.0}
+
+
+def test_rule_spill_when_the_sticky_replica_cannot_hold():
+    p = pipeline()
+    p.on_placed(RequestView("q0", session_id="s"), "a")
+    request = RequestView("q1", session_id="s", needed_kv_tokens=1000)
+    decision = p.choose(request, [view("a", free_kv_tokens=500), view("b")])
+    assert decision.ranked_replica_ids == ("b",) and "kv" in decision.rejected["a"]
+
+
+def test_rule_wait_when_no_replica_can_hold():
+    p = pipeline()
+    request = RequestView("q", needed_kv_tokens=5000)
+    decision = p.choose(request, [view("a", free_kv_tokens=4999), view("b", healthy=False)])
+    assert decision.wait and decision.ranked_replica_ids == () and decision.chosen is None
+    assert set(decision.rejected) == {"a", "b"}
+
+
+def test_rule_unreported_replicas_are_the_fallback_tier():
+    p = pipeline()
+    new = ReplicaView("new", LoadSnapshot(), math.inf)
+    request = RequestView("q", needed_kv_tokens=1000)
+    # a reporting replica that can hold ranks first, the unreported one after it
+    assert p.choose(request, [new, view("a")]).ranked_replica_ids == ("a", "new")
+    # no reporting replica can hold: place on the unreported one instead of waiting
+    decision = p.choose(request, [new, view("a", free_kv_tokens=10)])
+    assert decision.ranked_replica_ids == ("new",) and not decision.wait
+
+
+def test_rule_reservations_count_placements_newer_than_the_report():
+    clock = FakeClock(now=10.0)
+    p = pipeline(clock)
+    p.on_placed(RequestView("q1", needed_kv_tokens=6000), "a")  # placed at t=10
+    clock.now = 10.5
+    request = RequestView("q2", needed_kv_tokens=6000)
+    # reports 1 s old were taken at t=9.5 < 10: a's free KV is 10000 - 6000 = 4000 < 6000 -> a filtered
+    decision = p.choose(request, [view("a", age=1.0), view("b", age=1.0)])
+    assert decision.ranked_replica_ids == ("b",) and "4000" in decision.rejected["a"]
+    # a fresh report (age 0, taken at t=10.5) already shows q1: no deduction, a is back
+    assert set(p.choose(request, [view("a"), view("b")]).ranked_replica_ids) == {"a", "b"}
+    # q1 completes: nothing is deducted even from the old report
+    p.on_completed("q1")
+    assert set(p.choose(request, [view("a", age=1.0), view("b", age=1.0)]).ranked_replica_ids) == {"a", "b"}
+
+
+def test_rule_reservation_ledger_adjusts_slots_and_queue_and_forgets_after_horizon():
+    clock = FakeClock(now=0.0)
+    ledger = ReservationLedger(clock, horizon_s=60.0)
+    ledger.place(RequestView("q1", needed_kv_tokens=100, num_state_slots=1), "a")
+    clock.now = 1.0
+    (adjusted,) = ledger.apply([view("a", age=5.0, total_state_slots=8, free_state_slots=8, state_slots_per_request=3)])
+    # free_kv 10000 - 100 = 9900; slots 8 - 1*3 = 5; queued 0 + 1
+    assert (adjusted.load.free_kv_tokens, adjusted.load.free_state_slots, adjusted.load.num_queued) == (9900, 5, 1)
+    clock.now = 61.0  # placed 61 s ago > horizon 60 s: forgotten
+    (plain,) = ledger.apply([view("a", age=math.inf)])
+    assert plain.load.free_kv_tokens == 10_000 and ledger.num_live() == 0
+
+
+def test_pipeline_records_each_scorer_latency_and_skips_zero_weights():
+    ticks = FakeClock(now=0.0, step=1e-6)  # every timer call advances 1 us
+    p = RoutingPipeline(RouterConfig(weights={"prefix_match": 0.0}), FakeClock(), timer=ticks)
+    decision = p.choose(RequestView("q"), [view("a")])
+    assert set(decision.scorer_latency_us) == {"session_affinity", "kv_headroom", "mamba_headroom", "queue"}
+    assert all(v == pytest.approx(1.0) for v in decision.scorer_latency_us.values())
+
+
+def test_forget_replica_drops_its_state():
+    p = pipeline()
+    p.on_placed(RequestView("q0", session_id="s", prefix_hashes=("h0",)), "a")
+    p.forget_replica("a")
+    assert p.sessions.last("s") is None and p.prefix_index.depths(["h0"]) == {}

@@ -1,0 +1,81 @@
+import pytest
+
+from ray_dspine.engines.protocol import LoadSnapshot
+from ray_dspine.routing.picker import rank, weighted_totals
+from ray_dspine.routing.prefix_index import PrefixIndex
+from ray_dspine.routing.scorers.kv_headroom import KvHeadroomScorer
+from ray_dspine.routing.scorers.mamba_headroom import MambaHeadroomScorer
+from ray_dspine.routing.scorers.prefix_match import PrefixMatchScorer
+from ray_dspine.routing.scorers.queue import QueueScorer
+from ray_dspine.routing.scorers.session_affinity import SessionAffinityScorer
+from ray_dspine.routing.session_table import SessionTable
+from ray_dspine.routing.types import ReplicaView, RequestView
+
+
+def view(rid, **load):
+    return ReplicaView(rid, LoadSnapshot(**load), 0.0)
+
+
+def test_rule_session_affinity():
+    table = SessionTable(capacity=10)
+    table.record("s", "b")
+    scorer = SessionAffinityScorer(table)
+    replicas = [view("a"), view("b")]
+    assert scorer.score(RequestView("q", session_id="s"), replicas) == [0.0, 1.0]
+    assert scorer.score(RequestView("q", session_id="other"), replicas) == [0.0, 0.0]
+    assert scorer.score(RequestView("q"), replicas) == [0.0, 0.0]
+
+
+def test_rule_prefix_match_fraction_of_blocks():
+    index = PrefixIndex()
+    index.insert(["h0", "h1", "h2"], "a")
+    index.insert(["h0"], "b")
+    scorer = PrefixMatchScorer(index)
+    request = RequestView("q", prefix_hashes=("h0", "h1", "h2", "h3"))
+    # a: 3 of 4 blocks = 0.75; b: 1 of 4 = 0.25; c: 0
+    assert scorer.score(request, [view("a"), view("b"), view("c")]) == [0.75, 0.25, 0.0]
+    assert scorer.score(RequestView("q"), [view("a")]) == [0.0]
+
+
+def test_rule_kv_headroom_after_placement():
+    scorer = KvHeadroomScorer()
+    request = RequestView("q", needed_kv_tokens=1000)
+    replicas = [
+        view("a", total_kv_tokens=10_000, free_kv_tokens=6000),  # (6000-1000)/10000 = 0.5
+        view("b", total_kv_tokens=10_000, free_kv_tokens=500),  # negative -> clipped to 0
+        view("c", total_kv_tokens=0, free_kv_tokens=0),  # no pool reported -> 0
+    ]
+    assert scorer.score(request, replicas) == [0.5, 0.0, 0.0]
+
+
+def test_rule_mamba_headroom_after_placement():
+    scorer = MambaHeadroomScorer()
+    request = RequestView("q", num_state_slots=1)
+    replicas = [
+        view("a", total_state_slots=16, free_state_slots=10, state_slots_per_request=2),  # (10-2)/16 = 0.5
+        view("b", total_state_slots=0, free_state_slots=0),  # no state pool -> 1
+        view("c", total_state_slots=8, free_state_slots=1, state_slots_per_request=3),  # negative -> 0
+    ]
+    assert scorer.score(request, replicas) == [0.5, 1.0, 0.0]
+
+
+def test_rule_queue():
+    scorer = QueueScorer()
+    replicas = [view("a"), view("b", num_running=2, num_queued=1)]
+    assert scorer.score(RequestView("q"), replicas) == [1.0, 0.25]  # 1/(1+0), 1/(1+3)
+
+
+def test_rule_picker_weighted_sum():
+    replicas = [view("a"), view("b")]
+    totals = weighted_totals(replicas, {"x": [1.0, 0.0], "y": [0.5, 1.0]}, {"x": 2.0, "y": 3.0})
+    # a: 2*1 + 3*0.5 = 3.5; b: 2*0 + 3*1 = 3.0
+    assert totals == pytest.approx({"a": 3.5, "b": 3.0})
+    assert rank(replicas, totals) == ["a", "b"]
+
+
+def test_rule_picker_tie_break_fewer_requests_then_replica_id():
+    replicas = [view("c", num_running=1), view("b", num_running=1), view("a", num_running=2, num_queued=1)]
+    # 0.1 + 0.2 != 0.3 in floats: rounding keeps these three totals equal
+    totals = {"a": 0.3, "b": 0.1 + 0.2, "c": 0.3}
+    # equal totals -> b, c (1 request, by id) before a (3 requests)
+    assert rank(replicas, totals) == ["b", "c", "a"]

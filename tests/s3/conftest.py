@@ -1,0 +1,44 @@
+"""A real S3 endpoint for the tests: `scripts/s3-local` (Ceph RADOS Gateway on 127.0.0.1).
+
+Runs on its own ports and scratch folder so it never touches an instance started by hand. Set
+`DSPINE_SKIP_S3=1` to skip these tests; otherwise a gateway that fails to start fails the tests.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "scripts" / "s3-local"
+PORT = "7491"
+MON_PORT = "6791"
+SCRATCH = "/tmp/ray-dspine-s3-tests"
+
+
+def _run(command: str) -> subprocess.CompletedProcess[str]:
+    args = [str(SCRIPT), command, "--port", PORT, "--mon-port", MON_PORT, "--dir", SCRATCH]
+    return subprocess.run(args, capture_output=True, text=True, timeout=600, check=False)
+
+
+@pytest.fixture(scope="session")
+def s3_env():
+    """Start the gateway, export its AWS_* variables for the session, stop it at the end."""
+    if os.environ.get("DSPINE_SKIP_S3") == "1":
+        pytest.skip("DSPINE_SKIP_S3=1: local S3 gateway tests skipped on request")
+    started = _run("start")
+    if started.returncode != 0:
+        pytest.fail(f"scripts/s3-local start failed (rc {started.returncode}):\n{started.stderr[-4000:]}")
+    exports = _run("env").stdout
+    values = dict(
+        part.split("=", 1) for line in exports.splitlines() for part in shlex.split(line)[1:]
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in values.items():
+            patch.setenv(name, value)
+        yield values
+    _run("stop")

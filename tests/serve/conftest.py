@@ -1,0 +1,76 @@
+"""A real local Ray Serve app with the embedded engine, started once for the serve tests."""
+
+import os
+import socket
+import time
+
+import httpx
+import pytest
+
+from ray_dspine.config import AppConfig
+
+APP_NAME = "dspine-test"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def embedded_pool(name: str, speculative: bool, **engine) -> dict:
+    return {
+        "name": name,
+        "gpu_hour_usd": 0.1,
+        "engine": {
+            "kind": "embedded", "dtype": "fp32", "speculative": speculative, "num_draft_tokens": 8,
+            "context_length_tokens": 1024, "kv_budget_tokens": 2048, "max_running_requests": 2,
+            "max_queued_requests": 0, "num_threads": 1, **engine,
+        },
+        "deployment": {"num_replicas": 1, "num_cpus": 0.5, "max_ongoing_requests": 8, "router": {"policy": "headroom"}},
+    }
+
+
+def app_config() -> AppConfig:
+    return AppConfig.model_validate(
+        {
+            "server": {"served_model_name": "smollm2-135m-instruct", "api_key_env": "DSPINE_TEST_API_KEY"},
+            "pools": [embedded_pool("spec", True), embedded_pool("ar", False)],
+            "traffic": {
+                "default_reasoning_level": "none",
+                "rules": [
+                    {"reasoning_levels": ["none", "low", "medium"], "pool": "spec", "control_arm": "speculative",
+                     "arms": [{"name": "autoregressive", "pool": "ar", "share": 0.5}]},
+                    {"reasoning_levels": ["high", "xhigh"], "pool": "ar", "control_arm": "autoregressive"},
+                ],
+            },
+        }
+    )
+
+
+@pytest.fixture(scope="session")
+def serve_url():
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    import ray
+    from ray import serve
+
+    from ray_dspine.serve.app import build_app
+
+    port = free_port()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    serve.run(build_app(app_config()), name=APP_NAME, route_prefix="/", blocking=False)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    else:
+        raise RuntimeError("the Serve app did not become healthy within 240 s")
+    yield url
+    serve.shutdown()
+    ray.shutdown()

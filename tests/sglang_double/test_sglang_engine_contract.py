@@ -1,0 +1,250 @@
+"""The SGLang engine against SGLangServerDouble, launched by the real supervisor like `sglang.launch_server`.
+
+Double output: "t0 t1 ...", one word per token; with the drafter 3 tokens per verify step (SGLANG_DOUBLE_ACCEPT),
+so max_tokens 10 takes steps of 3, 3, 3, 1: spec_verify_ct 4, acceptance 10 / 4 = 2.5, and
+spec_correct_drafts_histogram[2] = 3 (three steps accepted 2 drafts), [0] = 1, 16 + 1 = 17 buckets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from ray_dspine.capacity import DraftConfig
+from ray_dspine.engines.protocol import ChatMessage, GenerateRequest
+from ray_dspine.engines.sglang import DRAFTER_FLAGS, SGLANG_0_5_23_ARGS, SGLangEngine, flags_of, render_command
+from ray_dspine.capacity import plan_capacity, resolve_profile
+
+from sglang_double_helpers import dspine_capacity, double_launcher, load_double_module, read_events, run, wait_until
+
+
+def _request(rid: str, max_tokens: int = 10, **extra) -> GenerateRequest:
+    return GenerateRequest(request_id=rid, messages=[ChatMessage(role="user", content="fix the failing test")],
+                           max_tokens=max_tokens, **extra)
+
+
+async def _collect(engine: SGLangEngine, request: GenerateRequest):
+    return [chunk async for chunk in engine.generate(request)]
+
+
+async def _started(config) -> SGLangEngine:
+    engine = SGLangEngine(config, launcher=double_launcher)
+    await engine.start()
+    return engine
+
+
+def test_rule_every_rendered_flag_is_verified(make_config):
+    config = make_config()
+    plans = {d: plan_capacity(c, resolve_profile(c)) for d, c in
+             ((True, config.capacity), (False, config.capacity.model_copy(update={"draft": None})))}
+    spec = render_command(config, plans[True], model_dir="/m", draft_dir="/d", port=31000, drafter=True)
+    plain = render_command(config, plans[False], model_dir="/m", draft_dir="/d", port=31000, drafter=False)
+    for command in (spec, plain):
+        assert set(flags_of(command)) <= set(SGLANG_0_5_23_ARGS), set(flags_of(command)) - set(SGLANG_0_5_23_ARGS)
+        assert command[1:3] == ["-m", "sglang.launch_server"]
+        load_double_module().parse_args(command[3:])  # the double's argparse accepts exactly these flags
+    pairs = dict(zip(spec, spec[1:]))
+    assert (pairs["--speculative-algorithm"], pairs["--speculative-num-draft-tokens"]) == ("DSPINE", "16")
+    assert (pairs["--speculative-draft-model-path"], pairs["--speculative-draft-window-size"]) == ("/d", "8192")
+    assert (pairs["--host"], pairs["--port"], pairs["--dtype"], pairs["--linear-attn-backend"]) == (
+        "127.0.0.1", "31000", "bfloat16", "triton")
+    assert (pairs["--reasoning-parser"], pairs["--tool-call-parser"]) == ("qwen3", "qwen3_coder")
+    assert "--enable-linear-replayssm-spec" in spec and "--enable-metrics" in spec
+    assert not set(flags_of(plain)) & DRAFTER_FLAGS
+    assert dict(zip(plain, plain[1:]))["--max-running-requests"] == "76"  # the autoregressive plan
+
+    dflash = DraftConfig(name="DFlash2", draft_params_b=1.0, draft_num_layers=5, speculative_num_draft_tokens=8)
+    cfg = make_config(speculative_algorithm="DFLASH", capacity=dspine_capacity(draft=dflash))
+    command = render_command(cfg, plan_capacity(cfg.capacity, resolve_profile(cfg.capacity)), model_dir="/m",
+                             draft_dir="/d", port=1, drafter=True)
+    assert dict(zip(command, command[1:]))["--speculative-num-draft-tokens"] == "8"
+
+
+def test_streaming_generate_maps_spec_stats_into_usage(make_config):
+    async def main():
+        engine = await _started(make_config())
+        try:
+            chunks = await _collect(engine, _request("req-1"))
+            described = engine.describe()
+        finally:
+            await engine.stop()
+        return chunks, described
+
+    chunks, described = run(main())
+    text = "".join(chunk.text for chunk in chunks)
+    assert text == "".join(f"t{i} " for i in range(10))
+    assert sum(chunk.num_tokens for chunk in chunks) == 10
+    usage = chunks[-1].usage
+    assert chunks[-1].finish_reason == "length"
+    assert (usage.completion_tokens, usage.prompt_tokens, usage.verify_steps, usage.accept_length) == (10, 4, 4, 2.5)
+    assert (usage.accept_histogram[0], usage.accept_histogram[2], len(usage.accept_histogram)) == (1, 3, 17)
+    assert usage.path == "speculative"
+    assert described["path"] == "speculative" and described["unverified_flags"] == []
+    assert set(described["model_files"].values()) and described["speculative_algorithm"] == "DSPINE"
+    server_log = open(described["log_path"]).read()
+    assert "sglang_double.py" in server_log and "fix the failing test" not in server_log  # no prompt text
+
+
+def test_load_snapshot_from_v1_loads_and_metrics(make_config):
+    env = {"SGLANG_DOUBLE_KV_TOKENS": "50000", "SGLANG_DOUBLE_KV_EVICTABLE": "1000",
+           "SGLANG_DOUBLE_MAMBA_EVICTABLE": "6", "SGLANG_DOUBLE_STEP_S": "0.5"}
+
+    async def main():
+        engine = await _started(make_config(env=env))
+        try:
+            idle = await engine.poll_load()
+            stream = engine.generate(_request("busy", max_tokens=30))
+            await stream.__anext__()  # the double holds 4 prompt + 3 generated tokens for this request
+            busy = await engine.poll_load()
+            await stream.aclose()
+        finally:
+            await engine.stop()
+        return idle, busy, engine.load()
+
+    idle, busy, stopped = run(main())
+    # idle: free KV = available (50000 - 0 - 1000) + evictable 1000 = 50000; Mamba pool 216 slots, all free,
+    # N = 72 (plan), left = min(72, 216) = 72, k = 3 -> 216 free of 72 * 3 = 216 state slots
+    assert (idle.total_kv_tokens, idle.free_kv_tokens, idle.num_running) == (50000, 50000, 0)
+    assert (idle.total_state_slots, idle.free_state_slots, idle.state_slots_per_request) == (216, 216, 3)
+    assert (idle.drafter_active, idle.draft_vram_gb, idle.healthy, idle.engine) == (True, 9.4062, True, "sglang")
+    # busy: KV used 4 + 3 = 7 -> free 49993; left = min(72 - 1, 216 - 1) = 71 -> 213 free state slots
+    assert (busy.num_running, busy.free_kv_tokens, busy.free_state_slots) == (1, 49993, 213)
+    assert not stopped.healthy
+
+
+def test_crash_then_restart(make_config):
+    async def main():
+        engine = await _started(make_config(env={"SGLANG_DOUBLE_CRASH_AFTER": "1"}))
+        try:
+            first = await _collect(engine, _request("a"))
+            crashed = await _collect(engine, _request("b"))  # the double dies when request 2 arrives
+            sup = engine._supervisor
+            await wait_until(lambda: sup.num_launches == 2 and sup.state == "ready", what="a restart")
+            after = await _collect(engine, _request("c"))
+            described = engine.describe()
+        finally:
+            await engine.stop()
+        return first, crashed, after, described
+
+    first, crashed, after, described = run(main())
+    assert first[-1].usage.completion_tokens == 10
+    assert crashed[-1].finish_reason == "error" and crashed[-1].error_status == 503
+    assert after[-1].usage.path == "speculative"  # one crash < fallback_after_crashes (2): drafter kept
+    assert (described["num_crashes"], described["num_launches"], described["path"]) == (1, 2, "speculative")
+
+
+def test_drafter_load_failure_falls_back_to_autoregressive(make_config):
+    config = make_config(env={"SGLANG_DOUBLE_REFUSE_DRAFTER": "1"})
+
+    async def main():
+        engine = await _started(config)
+        try:
+            chunks = await _collect(engine, _request("x", max_tokens=5))
+            return chunks, engine.load(), engine.describe()
+        finally:
+            await engine.stop()
+
+    chunks, load, described = run(main())
+    usage = chunks[-1].usage
+    # two refused launches with the drafter (fallback_after_crashes = 2), then one autoregressive launch
+    assert (usage.path, usage.verify_steps, usage.accept_length, usage.accept_histogram) == ("autoregressive", 5, 1.0, [5])
+    assert (load.drafter_active, load.draft_vram_gb, load.accept_length_ema) == (False, 0.0, 1.0)
+    assert described["path"] == "autoregressive" and "crashes with the drafter on" in described["fallback_reason"]
+    assert not set(flags_of(described["command"])) & DRAFTER_FLAGS
+    events = read_events(config_events(config))
+    assert [e["event"] for e in events if e["event"] in ("refuse_drafter", "launch")] == [
+        "refuse_drafter", "refuse_drafter", "launch"]
+
+
+def test_runtime_crashes_with_drafter_fall_back(make_config):
+    env = {"SGLANG_DOUBLE_CRASH_AFTER": "0", "SGLANG_DOUBLE_CRASH_WITH_DRAFTER_ONLY": "1"}
+
+    async def main():
+        engine = await _started(make_config(env=env))
+        sup = engine._supervisor
+        try:
+            for attempt in range(2):  # each request kills the drafter-enabled server
+                await wait_until(lambda: sup.state == "ready" and sup.num_launches == attempt + 1, what="a launch")
+                assert (await _collect(engine, _request(f"c{attempt}")))[-1].finish_reason == "error"
+            await wait_until(lambda: sup.state == "ready" and not sup.drafter_active, what="the fallback")
+            return await _collect(engine, _request("ok")), engine.describe()
+        finally:
+            await engine.stop()
+
+    chunks, described = run(main())
+    assert chunks[-1].usage.path == "autoregressive" and described["num_crashes"] == 2
+
+
+def test_live_drafter_switch(make_config):
+    async def main():
+        engine = await _started(make_config())
+        sup = engine._supervisor
+        try:
+            engine.set_drafter_enabled(False)
+            await wait_until(lambda: sup.state == "ready" and not sup.drafter_active and sup.num_launches == 2,
+                             what="the autoregressive relaunch")
+            off = (await _collect(engine, _request("off")))[-1].usage.path, engine.describe()["command"]
+            engine.set_drafter_enabled(True)
+            await wait_until(lambda: sup.state == "ready" and sup.drafter_active, what="the drafter relaunch")
+            on = (await _collect(engine, _request("on")))[-1].usage.path
+            return off, on, sup.num_crashes
+        finally:
+            await engine.stop()
+
+    (off_path, off_command), on_path, num_crashes = run(main())
+    assert off_path == "autoregressive" and not set(flags_of(off_command)) & DRAFTER_FLAGS
+    assert on_path == "speculative" and num_crashes == 0  # switches are not crashes
+
+
+def test_cancellation_closes_stream_and_aborts(make_config):
+    config = make_config(env={"SGLANG_DOUBLE_STEP_S": "0.1"})
+
+    async def main():
+        engine = await _started(config)
+        try:
+            stream = engine.generate(_request("cancel-me", max_tokens=200))
+            first = await stream.__anext__()
+            await stream.aclose()
+            events = config_events(config)
+            await wait_until(lambda: {"abort", "disconnect"} <= {e["event"] for e in read_events(events)
+                                                                 if e.get("rid") == "cancel-me"}, what="abort")
+            return first, engine._inflight
+        finally:
+            await engine.stop()
+
+    first, inflight = run(main())
+    assert first.text == "t0 t1 t2 " and inflight == 0
+
+
+def test_double_speaks_sglang_formats(make_config):
+    async def main():
+        engine = await _started(make_config())
+        base = engine._supervisor.base_url
+        try:
+            async with httpx.AsyncClient() as http:
+                bad = await http.get(f"{base}/v1/loads", params={"include": "core,bogus"})
+                loads = (await http.get(f"{base}/v1/loads", params={"include": "core,memory,spec"})).json()
+                metrics = (await http.get(f"{base}/metrics")).text
+                models = (await http.get(f"{base}/v1/models")).json()
+                health = (await http.get(f"{base}/health")).status_code
+        finally:
+            await engine.stop()
+        return bad, loads, metrics, models, health
+
+    bad, loads, metrics, models, health = run(main())
+    assert bad.status_code == 400 and health == 200
+    assert loads["dp_rank_count"] == 1 and {"memory", "speculative"} <= set(loads["loads"][0])
+    names = {family.name for family in text_string_to_metric_families(metrics)}
+    assert {"sglang:mamba_available_tokens", "sglang:mamba_usage", "sglang:kv_available_tokens"} <= names
+    assert models["data"][0]["id"] == "qwen3.8-27b"
+
+
+def config_events(config):
+    from pathlib import Path
+
+    return Path(config.env["SGLANG_DOUBLE_EVENTS"])
+
+
+_ = asyncio  # imported for readers running pieces interactively

@@ -1,0 +1,218 @@
+"""The SGLang engine's pure rules: crash policy, stream mapping, load snapshot, flag filtering."""
+
+from __future__ import annotations
+
+import pytest
+
+from ray_dspine.capacity import plan_capacity, resolve_profile
+from ray_dspine.engines.sglang import CrashPolicy
+from ray_dspine.engines.sglang.args import DRAFTER_FLAGS, without_flags
+from ray_dspine.engines.sglang.load import LoadInputs, build_snapshot, parse_gauges, update_ema
+from ray_dspine.engines.sglang.mapping import THINK_CLOSE, THINK_OPEN, StreamMapper, build_payload, usage_from
+from ray_dspine.engines.protocol import ChatMessage, GenerateRequest
+
+from sglang_double_helpers import dspine_capacity
+
+
+def _policy(**overrides) -> CrashPolicy:
+    fields = dict(max_restarts=3, crash_window_s=100.0, fallback_after_crashes=2, backoff_s=1.0, backoff_max_s=3.0)
+    return CrashPolicy(**{**fields, **overrides})
+
+
+def test_rule_backoff_doubles_and_caps():
+    policy = _policy(max_restarts=10, fallback_after_crashes=10)
+    # delay = min(3, 1 * 2**(n-1)): n = 1, 2, 3, 4 -> 1, 2, 3 (capped from 4), 3 (capped from 8)
+    assert [policy.record(t, False).delay_s for t in (0.0, 1.0, 2.0, 3.0)] == [1.0, 2.0, 3.0, 3.0]
+
+
+def test_rule_fallback_after_drafter_crashes():
+    policy = _policy()
+    first = policy.record(0.0, True)  # d = 1 < 2
+    second = policy.record(5.0, True)  # d = 2 >= 2
+    assert (first.action, first.drafter) == ("restart", True)
+    assert (second.action, second.drafter, second.num_drafter_crashes) == ("fallback", False, 2)
+    assert policy.record(6.0, False).action == "restart"  # autoregressive crashes never fall back further
+
+
+def test_rule_give_up_after_max_restarts():
+    policy = _policy(max_restarts=2, fallback_after_crashes=5)
+    actions = [policy.record(t, False).action for t in (0.0, 1.0, 2.0)]  # n = 1, 2, 3 > 2
+    assert actions == ["restart", "restart", "give_up"]
+
+
+def test_rule_crashes_outside_window_are_forgotten():
+    policy = _policy(max_restarts=1)
+    policy.record(0.0, True)
+    decision = policy.record(150.0, True)  # the crash at t=0 is older than 150 - 100 = 50
+    assert (decision.action, decision.num_crashes, decision.delay_s) == ("restart", 1, 1.0)
+    policy.reset()
+    assert policy.record(151.0, True).num_crashes == 1
+
+
+def test_rule_drafter_flags_are_removed_with_their_values():
+    args = ["--tp-size", "1", "--speculative-num-draft-tokens", "16", "--enable-linear-replayssm-spec",
+            "--speculative-algorithm=DSPINE", "--kv-cache-dtype", "auto"]
+    assert without_flags(args, DRAFTER_FLAGS) == ["--tp-size", "1", "--kv-cache-dtype", "auto"]
+
+
+def test_rule_usage_from_spec_details():
+    spec = {"spec_verify_ct": 4, "spec_correct_drafts_histogram": [1, 0, 3] + [0] * 14}
+    usage = usage_from(10, 7, 2, spec)
+    # 10 tokens in 4 verify steps: 3 steps accepted 2 drafts (3 tokens each) + 1 step accepted 0 (1 token)
+    assert (usage.verify_steps, usage.accept_length, usage.path) == (4, 2.5, "speculative")
+    assert usage.accept_histogram[:3] == [1, 0, 3] and len(usage.accept_histogram) == 17
+    assert (usage.total_tokens, usage.cached_prompt_tokens) == (17, 2)
+    plain = usage_from(10, 7, 0, None)
+    assert (plain.verify_steps, plain.accept_length, plain.accept_histogram, plain.path) == (10, 1.0, [10], "autoregressive")
+    legacy = usage_from(6, 1, 0, {"spec_verify_ct": 2, "spec_accept_histogram": [0, 0, 2]})
+    assert (legacy.accept_length, legacy.accept_histogram) == (3.0, [0, 0, 2])
+
+
+def test_rule_num_tokens_from_cumulative_usage_and_reasoning_inline():
+    mapper = StreamMapper()
+    first = mapper.feed({"choices": [{"delta": {"reasoning_content": "plan "}, "finish_reason": None}],
+                         "usage": {"completion_tokens": 3, "prompt_tokens": 5}})
+    second = mapper.feed({"choices": [{"delta": {"content": "done"}, "finish_reason": "length"}],
+                          "usage": {"completion_tokens": 7, "prompt_tokens": 5}})
+    assert [(c.text, c.num_tokens) for c in first + second] == [
+        (THINK_OPEN + "plan ", 3), (THINK_CLOSE + "done", 4)]  # 3, then 7 - 3 = 4
+    assert mapper.feed({"choices": [], "sglext": {"spec_tokens_details": {"spec_verify_ct": 2}}}) == []
+    final = mapper.finish()
+    assert (final.finish_reason, final.usage.verify_steps, final.usage.accept_length) == ("length", 2, 3.5)
+    error = StreamMapper().feed({"object": "error", "message": "boom", "code": 400})
+    assert (error[0].finish_reason, error[0].error_status) == ("error", 400)
+
+
+def test_payload_maps_reasoning_level_and_request_id():
+    chat = GenerateRequest(request_id="r1", messages=[ChatMessage(role="user", content="hi")], max_tokens=5,
+                           reasoning_level="xhigh", stop=["\n"], seed=3)
+    payload = build_payload(chat, "qwen")
+    assert (payload["rid"], payload["reasoning_effort"], payload["return_spec_tokens_details"]) == ("r1", "xhigh", True)
+    assert payload["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+    off = build_payload(chat.model_copy(update={"reasoning_level": "none"}), "qwen")
+    assert off["chat_template_kwargs"] == {"enable_thinking": False} and "reasoning_effort" not in off
+    prompt = build_payload(GenerateRequest(request_id="r2", prompt="x", max_tokens=1), "qwen")
+    assert prompt["prompt"] == "x" and "messages" not in prompt
+
+
+METRICS = """# TYPE sglang:kv_available_tokens gauge
+sglang:kv_available_tokens{dp_rank="0",tp_rank="0"} 900
+sglang:kv_available_tokens{dp_rank="0",tp_rank="1"} 900
+sglang:kv_available_tokens{dp_rank="1",tp_rank="0"} 800
+sglang:kv_evictable_tokens{dp_rank="0"} 100
+sglang:kv_evictable_tokens{dp_rank="1"} 50
+sglang:mamba_available_tokens{dp_rank="0"} 4
+sglang:mamba_available_tokens{dp_rank="1"} 3
+sglang:mamba_evictable_tokens{dp_rank="0"} 1
+sglang:unrelated_total 5
+"""
+
+
+def test_rule_load_snapshot_from_loads_and_gauges():
+    cfg = dspine_capacity()
+    plan = plan_capacity(cfg, resolve_profile(cfg))
+    gauges = parse_gauges(METRICS)
+    # kv_available: max over TP ranks of dp 0 (900) + dp 1 (800) = 1700; evictable 100 + 50 = 150
+    assert (gauges["sglang:kv_available_tokens"], gauges["sglang:kv_evictable_tokens"]) == (1700, 150)
+    loads = {"loads": [
+        {"num_running_reqs": 3, "num_waiting_reqs": 1, "max_total_num_tokens": 2000, "max_running_requests": 5},
+        {"num_running_reqs": 2, "num_waiting_reqs": 0, "max_total_num_tokens": 2000, "max_running_requests": 5},
+    ]}
+    snap = build_snapshot(LoadInputs(loads, gauges), plan, healthy=True, drafter_active=True, accept_ema=4.2)
+    # L2 total 4000; L3 free 1700 + 150 = 1850; L4 N = 10, left = min(10 - 5, 4 + 3 + 1 = 8) = 5, k = 3
+    assert (snap.total_kv_tokens, snap.free_kv_tokens, snap.num_running, snap.num_queued) == (4000, 1850, 5, 1)
+    assert (snap.total_state_slots, snap.free_state_slots, snap.state_slots_per_request) == (30, 15, 3)
+    assert (snap.accept_length_ema, snap.drafter_active, snap.draft_vram_gb) == (4.2, True, round(plan.draft_vram_gb, 4))
+    bare = build_snapshot(LoadInputs({"loads": [{"num_running_reqs": 1, "num_used_tokens": 300,
+                                                  "max_total_num_tokens": 1000}]}), plan,
+                          healthy=True, drafter_active=False, accept_ema=4.2)
+    # no gauges: free = 1000 - 300; N from the plan (72): left = 71, free slots 71 * 3 = 213; EMA reported as 1.0
+    assert (bare.free_kv_tokens, bare.free_state_slots, bare.accept_length_ema, bare.draft_vram_gb) == (700, 213, 1.0, 0.0)
+    assert update_ema(1.0, 5.0, 0.25) == pytest.approx(2.0)  # 0.75 * 1 + 0.25 * 5
+
+
+def test_engine_speaks_the_protocol_and_constructs_without_work(make_config, tmp_path):
+    import asyncio
+
+    from pydantic import ValidationError
+
+    from ray_dspine.engines.protocol import Engine
+    from ray_dspine.engines.sglang import SGLangEngine
+
+    engine = SGLangEngine(make_config())
+    assert isinstance(engine, Engine)
+    assert not (tmp_path / "logs").exists() and not (tmp_path / "cache").exists()  # nothing launched or fetched
+    assert engine.load().healthy is False and engine.describe()["state"] == "stopped"
+    with pytest.raises(RuntimeError, match="not started"):
+        asyncio.run(engine.check_health())
+    with pytest.raises(ValidationError, match="may not log request contents"):
+        make_config(extra_args=["--log-requests", "--log-requests-level", "3"])
+    with pytest.raises(ValidationError, match="must be set together"):
+        make_config(speculative_algorithm=None)
+
+
+def test_rule_extra_args_go_last(make_config):
+    from ray_dspine.engines.sglang import SGLANG_0_5_23_ARGS, flags_of, render_command
+
+    config = make_config(extra_args=["--max-total-tokens", "1000"])
+    plan = plan_capacity(config.capacity, resolve_profile(config.capacity))
+    command = render_command(config, plan, model_dir="/m", draft_dir="/d", port=2, drafter=True)
+    assert command[-2:] == ["--max-total-tokens", "1000"]
+    assert set(flags_of(command)) - set(SGLANG_0_5_23_ARGS) == {"--max-total-tokens"}  # reported as unverified
+
+
+class _FakeProcess:
+    """Stands in for a server process: it runs until signalled."""
+
+    def __init__(self):
+        import asyncio
+
+        self.pid, self.returncode, self._exited = 1, None, asyncio.Event()
+
+    async def wait(self) -> int:
+        await self._exited.wait()
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        self.returncode = -sig
+        self._exited.set()
+
+
+def test_drafter_switch_during_startup_is_not_lost(tmp_path):
+    import asyncio
+
+    from ray_dspine.engines.sglang import ServerSupervisor
+
+    launched: list[bool] = []
+
+    async def main():
+        gate = asyncio.Event()
+
+        async def launcher(command, env, log_path):
+            launched.append("--draft" in command)
+            return _FakeProcess()
+
+        async def probe(base_url: str) -> bool:
+            await gate.wait()  # the first launch is still loading weights
+            return True
+
+        sup = ServerSupervisor(
+            build_command=lambda drafter, port: ["--draft"] if drafter else [], env={}, log_dir=tmp_path,
+            launcher=launcher, probe=probe, policy=_policy(), drafter_available=True, startup_timeout_s=10,
+            health_poll_s=0.01, stop_grace_s=1, drain_s=0,
+        )
+        starting = asyncio.create_task(sup.start())
+        await asyncio.sleep(0.05)
+        sup.set_drafter_enabled(False)  # switched off while the drafter launch is starting
+        gate.set()
+        await starting
+        for _ in range(200):
+            if sup.state == "ready" and sup.num_launches == 2:
+                break
+            await asyncio.sleep(0.01)
+        state = (sup.state, sup.drafter_active, sup.num_crashes)
+        await sup.stop()
+        return state
+
+    assert asyncio.run(main()) == ("ready", False, 0)
+    assert launched == [True, False]
