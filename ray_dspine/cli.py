@@ -13,6 +13,7 @@ import sys
 # (group, module, function) that adds subcommands; a group of None adds top-level commands.
 REGISTRARS = [
     (None, "ray_dspine.capacity_cli", "register"),
+    (None, "ray_dspine.deploy.check_cli", "register"),
     ("bench", "ray_dspine.bench.commands", "register"),
     ("bench", "ray_dspine.bench.routing_bench", "register"),
     ("bench", "ray_dspine.autoscale.bench_cli", "register"),

@@ -1,0 +1,35 @@
+"""Autoscaling on the cost per completed request: replica statistics, the policy, its Ray adapter,
+and the two baselines it is compared with. Nothing here imports ray."""
+
+from ray_dspine.autoscale.baselines import RayDefaultPolicy, RayDefaultSettings, TtftRulePolicy, TtftRuleSettings
+from ray_dspine.autoscale.calibration import capacity_from_profile
+from ray_dspine.autoscale.capacity_model import Workload, max_rate_per_replica, predict_replica
+from ray_dspine.autoscale.config import CostAutoscalingConfig, ReplicaCapacityModel, SloTargets, StatsWindowConfig
+from ray_dspine.autoscale.observation import PoolObservation, ReplicaReport, observation_from_context
+from ray_dspine.autoscale.policy import Decision, cost_per_completed_request_usd, decide
+from ray_dspine.autoscale.ray_policy import CostAutoscalingPolicy
+from ray_dspine.autoscale.stats import STAT_KEYS, ReplicaWindowStats
+
+__all__ = [
+    "STAT_KEYS",
+    "CostAutoscalingConfig",
+    "CostAutoscalingPolicy",
+    "Decision",
+    "PoolObservation",
+    "RayDefaultPolicy",
+    "RayDefaultSettings",
+    "ReplicaCapacityModel",
+    "ReplicaReport",
+    "ReplicaWindowStats",
+    "SloTargets",
+    "StatsWindowConfig",
+    "TtftRulePolicy",
+    "TtftRuleSettings",
+    "Workload",
+    "capacity_from_profile",
+    "cost_per_completed_request_usd",
+    "decide",
+    "max_rate_per_replica",
+    "observation_from_context",
+    "predict_replica",
+]

@@ -75,8 +75,8 @@ class CostAutoscalingConfig(BaseModel):
     lookahead_s: float = Field(
         default=120.0, ge=0.0, le=1_800.0, description="Demand is extrapolated this far ahead (replica start-up), s."
     )
-    trend_weight: float = Field(
-        default=0.3, gt=0.0, le=1.0, description="EMA weight of the newest demand slope sample."
+    trend_window_s: float = Field(
+        default=600.0, gt=0.0, le=7_200.0, description="Demand slope: least-squares fit over this much history, s."
     )
     stale_after_s: float = Field(
         default=60.0, gt=0.0, le=3_600.0, description="A replica report older than this is ignored, s."

@@ -13,9 +13,12 @@ Ray's policy_state; all times in seconds):
                stale_after_s) -> hold: N = T. Never scales to zero on an empty metrics dict.
   R2 demand    lambda = sum(arrivals_per_s over fresh reports) * R / #fresh
                         + (handle_queued + sum(num_queued)) / backlog_drain_s.
-               slope s <- (1 - w) s + w * max(0, (lambda - lambda_prev) / (t - t_prev)), w = trend_weight;
-               lambda_up = lambda + s * lookahead_s (replicas take minutes to start).
+               slope s = max(0, least-squares slope of (t, lambda) over the last trend_window_s), 0 until
+               the history spans half that window; lambda_up = lambda + s * lookahead_s (replicas take
+               minutes to start).
   R3 capacity  mu = max_rate_per_replica(capacity, slo, workload, headroom); mu <= 0 -> hold.
+               With the drafter on, state keeps drafter_gain = mu / mu(drafter off): below 1 the
+               drafter costs more per request than it saves (acceptance too low).
   R4 up        N_up = ceil(lambda_up / mu). If N_up > T for upscale_delay_s -> N = N_up.
   R5 guard     a fresh replica with >= guard_min_requests finished in its window and measured
                ttft_p95_s > slo.ttft_p95_s or itl_p95_ms > slo.itl_p95_ms, while R == T (none
@@ -35,7 +38,7 @@ Complexity: O(replicas * keys) per call plus one capacity bisection (60 predicti
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ray_dspine.autoscale.capacity_model import max_rate_per_replica
@@ -65,6 +68,18 @@ def cost_per_completed_request_usd(
     return gpu_hour_usd * gpus_per_replica * num_replicas / (3600.0 * demand_per_s)
 
 
+def demand_slope(history: list[tuple[float, float]], window_s: float) -> float:
+    """max(0, least-squares slope of demand over time); 0 with a history shorter than window_s / 2."""
+    if len(history) < 3 or history[-1][0] - history[0][0] < window_s / 2.0:
+        return 0.0
+    n = len(history)
+    mean_t = sum(t for t, _ in history) / n
+    mean_v = sum(v for _, v in history) / n
+    var = sum((t - mean_t) ** 2 for t, _ in history)
+    cov = sum((t - mean_t) * (v - mean_v) for t, v in history)
+    return max(0.0, cov / var) if var > 0 else 0.0
+
+
 def _bounded(n: int, obs: PoolObservation, floor: int) -> int:
     return min(obs.max_replicas, max(obs.min_replicas, floor, n))
 
@@ -82,13 +97,10 @@ def decide(config: CostAutoscalingConfig, obs: PoolObservation, state: dict[str,
     queued = obs.handle_queued + sum(r.values.get("num_queued", 0.0) for r in reports)
     arrivals = sum(r.values.get("arrivals_per_s", 0.0) for r in reports) * running / len(reports)
     demand = arrivals + queued / config.backlog_drain_s
-    prev, prev_t = state.get(STATE_PREFIX + "demand"), state.get(STATE_PREFIX + "demand_t")
-    slope = float(state.get(STATE_PREFIX + "slope", 0.0))
-    if prev is not None and prev_t is not None and obs.now_s > prev_t:
-        rise = max(0.0, (demand - prev) / (obs.now_s - prev_t))
-        slope = (1.0 - config.trend_weight) * slope + config.trend_weight * rise
-    state[STATE_PREFIX + "demand"], state[STATE_PREFIX + "demand_t"] = demand, obs.now_s
-    state[STATE_PREFIX + "slope"] = slope
+    history = [(t, v) for t, v in state.get(STATE_PREFIX + "history", []) if t > obs.now_s - config.trend_window_s]
+    history.append((obs.now_s, demand))
+    state[STATE_PREFIX + "history"] = [[t, v] for t, v in history]
+    slope = demand_slope(history, config.trend_window_s)
     demand_up = demand + slope * config.lookahead_s
 
     # R3 capacity.
@@ -96,6 +108,9 @@ def decide(config: CostAutoscalingConfig, obs: PoolObservation, state: dict[str,
     capacity = max_rate_per_replica(config.capacity, config.slo, workload, config.headroom)
     mu = capacity.rate_per_s
     state[STATE_PREFIX + "capacity_per_s"] = mu
+    if workload.drafter_active:  # what the drafter buys at the measured acceptance (< 1: it costs)
+        off = max_rate_per_replica(config.capacity, config.slo, replace(workload, drafter_active=False), config.headroom)
+        state[STATE_PREFIX + "drafter_gain"] = mu / off.rate_per_s if off.rate_per_s > 0 else 0.0
     if mu <= 0.0:
         return Decision(target, "hold: zero capacity", demand, mu, target, target, state)
 

@@ -4,7 +4,7 @@ Ray samples `record_autoscaling_stats()` every min(0.2 * look_back_period_s, met
 and averages each key over `look_back_period_s` (time-weighted mean, the default aggregation), so
 every value here is a gauge: rates and percentiles of the last `window_s`, never running counters.
 
-Rules (W = window_s, t = clock(), t0 = first record or snapshot; a request counts in the window
+Rules (W = window_s, t = clock(), t0 = started_s, else the first record or snapshot; a request counts in the window
 when it finished in (t - W', t]; arrivals likewise):
   window        W' = min(W, t - t0), at least 1e-9.
   rates         arrivals_per_s = arrivals / W'; completed_per_s = finished / W';
@@ -85,10 +85,10 @@ class _Finished:
 class ReplicaWindowStats:
     """Accumulates one replica's finished requests and load samples; `snapshot` gives the flat dict."""
 
-    def __init__(self, config: StatsWindowConfig, clock: Callable[[], float]):
+    def __init__(self, config: StatsWindowConfig, clock: Callable[[], float], started_s: float | None = None):
         self._config = config
         self._clock = clock
-        self._t0: float | None = None
+        self._t0 = started_s
         self._arrivals: deque[float] = deque()
         self._finished: deque[_Finished] = deque()
         self._samples: deque[tuple[float, bool]] = deque()

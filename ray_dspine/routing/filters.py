@@ -11,6 +11,9 @@ Rules, for request q and replica r (loads already reduced by the reservation led
                  or trust(r) * free_state_slots(r) >= num_state_slots(q) * state_slots_per_request(r)
     keep(r)      = healthy and fresh and holds_kv and holds_state
 
+    never_fits(q) = no healthy reporting r has total_kv_tokens(r) >= needed_kv_tokens(q) and
+                    (total_state_slots(r) == 0 or total_state_slots(r) >= slots needed)
+
 `state_slots_per_request` is what the replica reports one request takes, speculation's extra state
 included. A replica that never reported (age = infinity) has no load to check: it is kept aside as a
 fallback, used only when no reporting replica passes (a freshly started replica is most likely empty).
@@ -58,6 +61,20 @@ def check_capacity(request: RequestView, view: ReplicaView, trust: float) -> str
         if free_slots < needed_slots:
             return f"state slots: {free_slots:.1f} free < {needed_slots} needed"
     return None
+
+
+def fits_when_empty(request: RequestView, view: ReplicaView) -> bool:
+    load = view.load
+    if load.total_kv_tokens < request.needed_kv_tokens:
+        return False
+    needed_slots = request.num_state_slots * load.state_slots_per_request
+    return load.total_state_slots == 0 or load.total_state_slots >= needed_slots
+
+
+def never_fits(request: RequestView, replicas: Sequence[ReplicaView]) -> bool:
+    """True when waiting cannot help: not even an empty healthy replica could hold the request."""
+    healthy = [v for v in replicas if v.reported and v.load.healthy]
+    return bool(healthy) and not any(fits_when_empty(request, v) for v in healthy)
 
 
 def filter_replicas(

@@ -3,6 +3,8 @@
     views    = ledger.apply(replicas)                        (placements not yet in the reports)
     kept     = { r in views : keep(q, r) }                   (filters.py)
     if kept is empty and some replica never reported: rank those by requests in flight, replica_id
+    if kept is empty and never_fits(q): rank healthy replicas by requests in flight, replica_id
+                                     (waiting cannot help; the engine refuses it with a clear error)
     if kept is empty otherwise:  wait (the request stays queued; it is not placed to be retracted)
     ranking  = picker.rank(kept, sum_s w_s * score_s)        (scorers/*, picker.py), then unreported
 
@@ -17,7 +19,7 @@ import time
 from typing import Callable, Sequence
 
 from ray_dspine.routing.config import RouterConfig
-from ray_dspine.routing.filters import filter_replicas
+from ray_dspine.routing.filters import filter_replicas, never_fits
 from ray_dspine.routing.picker import rank, weighted_totals
 from ray_dspine.routing.prefix_index import PrefixIndex
 from ray_dspine.routing.registry import ScorerContext, build_scorers
@@ -57,6 +59,13 @@ class RoutingPipeline:
         if not result.kept:
             if fallback:
                 return Decision(tuple(fallback), rejected=result.rejected, reason="only unreported replicas")
+            if never_fits(request, views):
+                healthy = sorted((v for v in views if v.load.healthy), key=lambda v: (v.num_requests, v.replica_id))
+                return Decision(
+                    tuple(v.replica_id for v in healthy),
+                    rejected=result.rejected,
+                    reason="no replica could ever hold the request; its engine refuses it",
+                )
             return Decision((), wait=True, rejected=result.rejected, reason="no replica can hold the request")
 
         scores: dict[str, list[float]] = {}

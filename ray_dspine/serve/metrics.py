@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from ..engines.protocol import Chunk, GenerateRequest, Usage
+from ..engines.protocol import Chunk, GenerateRequest, LoadSnapshot, Usage
 
 TAGS = ("pool", "arm", "path")
 LATENCY_BOUNDARIES_S = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60]
@@ -67,3 +67,48 @@ class RequestTimer:
         if usage is not None and usage.verify_steps:
             self._metrics.accept.observe(usage.accept_length, tags=self._tags)
         self._metrics.requests.inc(tags={**self._tags, "finish_reason": reason})
+
+
+REPLICA_TAGS = ("pool",)
+
+
+class ReplicaMetrics:
+    """Per-replica gauges from the engine's load snapshot, and the replica's price (for cost panels).
+
+    Ray adds the deployment, replica and application tags; `record` is called from
+    `record_routing_stats`, so the gauges refresh every `routing_stats_period_s`.
+    """
+
+    def __init__(self, pool: str, usd_per_hour: float):
+        from ray.serve import metrics
+
+        self._tags = {"pool": pool}
+        self._usd_per_hour = usd_per_hour
+        self.kv_free = metrics.Gauge("dspine_kv_free_tokens", "Free KV-cache tokens.", REPLICA_TAGS)
+        self.kv_total = metrics.Gauge("dspine_kv_total_tokens", "KV-cache tokens.", REPLICA_TAGS)
+        self.state_free = metrics.Gauge("dspine_state_free_slots", "Free Mamba-state slots.", REPLICA_TAGS)
+        self.state_total = metrics.Gauge("dspine_state_total_slots", "Mamba-state slots.", REPLICA_TAGS)
+        self.running = metrics.Gauge("dspine_running_requests", "Requests being decoded.", REPLICA_TAGS)
+        self.queued = metrics.Gauge("dspine_queued_requests", "Requests waiting in the engine.", REPLICA_TAGS)
+        self.accept_ema = metrics.Gauge("dspine_accept_length_ema", "Acceptance length EMA.", REPLICA_TAGS)
+        self.drafter_active = metrics.Gauge("dspine_drafter_active", "1 with the drafter on, else 0.", REPLICA_TAGS)
+        self.cost = metrics.Gauge(
+            "dspine_replica_cost_usd_per_hour", "Price of this replica per hour (gpu_hour_usd x GPUs).", REPLICA_TAGS
+        )
+
+    def record(self, load: LoadSnapshot) -> None:
+        tags = self._tags
+        self.kv_free.set(load.free_kv_tokens, tags=tags)
+        self.kv_total.set(load.total_kv_tokens, tags=tags)
+        self.state_free.set(load.free_state_slots, tags=tags)
+        self.state_total.set(load.total_state_slots, tags=tags)
+        self.running.set(load.num_running, tags=tags)
+        self.queued.set(load.num_queued, tags=tags)
+        self.accept_ema.set(load.accept_length_ema, tags=tags)
+        self.drafter_active.set(1.0 if load.drafter_active else 0.0, tags=tags)
+        self.cost.set(self._usd_per_hour, tags=tags)
+
+
+def replica_usd_per_hour(gpu_hour_usd: float, num_gpus: float) -> float:
+    """gpu_hour_usd x GPUs per replica; a CPU replica (0 GPUs) is priced per replica-hour."""
+    return gpu_hour_usd * (num_gpus if num_gpus > 0 else 1.0)

@@ -14,6 +14,7 @@ import time
 from ..config import PoolConfig
 from ..engines.factory import make_engine
 from ..engines.protocol import Chunk, EngineError, GenerateRequest
+from .metrics import ReplicaMetrics, replica_usd_per_hour
 
 log = logging.getLogger("ray_dspine.replica")
 
@@ -28,6 +29,7 @@ class EngineReplica:
         except Exception:  # constructed outside a Serve replica (tests)
             self.replica_id = "local"
         self.engine = make_engine(pool.engine, pool.name)
+        self.metrics = ReplicaMetrics(pool.name, replica_usd_per_hour(pool.gpu_hour_usd, pool.deployment.num_gpus))
         await self.engine.start()
 
     async def generate(self, request: GenerateRequest):
@@ -51,7 +53,9 @@ class EngineReplica:
             await stream.aclose()
 
     def record_routing_stats(self) -> dict:
-        stats = self.engine.load().model_dump()
+        load = self.engine.load()
+        self.metrics.record(load)
+        stats = load.model_dump()
         stats["reported_at_s"] = time.time()
         return stats
 

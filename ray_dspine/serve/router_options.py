@@ -17,8 +17,10 @@ def request_router_config(options: DeploymentOptions):
     policy = options.router.policy
     if policy == "pow2":
         return None
+    # A report that carries no timestamp is taken to be one period old.
+    router = options.router.model_copy(update={"assumed_stats_age_s": options.routing_stats_period_s})
     return RequestRouterConfig(
         request_router_class=ROUTER_CLASSES[policy],
-        request_router_kwargs={"config": options.router.model_dump()},
+        request_router_kwargs=router.model_dump(),
         request_routing_stats_period_s=options.routing_stats_period_s,
     )

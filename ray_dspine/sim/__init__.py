@@ -2,6 +2,6 @@
 
 from ray_dspine.sim.config import PoolSimConfig, RayControls, SimConfig, TrafficConfig
 from ray_dspine.sim.results import DayResult
-from ray_dspine.sim.simulator import load_day, simulate_day
+from ray_dspine.sim.run import load_day, simulate_day
 
 __all__ = ["DayResult", "PoolSimConfig", "RayControls", "SimConfig", "TrafficConfig", "load_day", "simulate_day"]

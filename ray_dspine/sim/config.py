@@ -41,8 +41,9 @@ class RayControls(BaseModel):
         default=10.0, gt=0.0, description="Replicas push metrics this often (RAY_SERVE_REPLICA_..._PUSH_INTERVAL_S)."
     )
     control_period_s: float = Field(
-        default=5.0, gt=0.0, le=60.0, description="Policy call period here (Ray's loop runs every 0.1 s; metrics move every 10 s)."
-    )
+        default=10.0, gt=0.0, le=60.0,
+        description="Policy call period here (Ray's loop runs every 0.1 s; the metrics it reads move every 10 s).",
+    )  # fmt: skip
 
     @property
     def record_interval_s(self) -> float:

@@ -75,6 +75,7 @@ class SimPool:
 
     def make_ready(self, replica: SimReplica) -> None:
         replica.state = SERVING
+        replica.stats = ReplicaWindowStats(self._stats_config, self._clock, started_s=self._clock())
         rng = random.Random(f"{self._seed}:{replica.index}")
         replica.core = SimReplicaCore(self.config.engine, self._profile, rng)
 

@@ -29,15 +29,15 @@ import numpy as np
 from ray_dspine.autoscale.baselines import RayDefaultPolicy, TtftRulePolicy
 from ray_dspine.autoscale.ray_policy import CostAutoscalingPolicy
 from ray_dspine.engines.protocol import EngineError
-from ray_dspine.engines.simulated.profile import SimProfile, load_profile
+from ray_dspine.engines.simulated.profile import SimProfile
 from ray_dspine.engines.simulated.request import SimRequest
-from ray_dspine.sim.arrivals import DayArrivals, sample_day
+from ray_dspine.sim.arrivals import DayArrivals
 from ray_dspine.sim.config import RayControls, SimConfig
 from ray_dspine.sim.context import SimAutoscalingContext
 from ray_dspine.sim.controller import apply_ray_controls
 from ray_dspine.sim.pool import DRAINING, SERVING, STARTING, SimPool, SimReplica
 from ray_dspine.sim.results import DayResult, summarize
-from ray_dspine.sim.traces import TraceTable, load_trace_table
+from ray_dspine.sim.traces import TraceTable
 
 STEP, READY, DRAIN, RECORD, PUSH, CONTROL, TIMELINE = range(7)
 
@@ -200,7 +200,7 @@ class DaySimulation:
         for _ in range(target - len(live)):
             replica = self.pool.start_replica(self.now)
             self._push(replica.ready_s, READY, replica.index)
-        for replica in self.pool.choose_to_remove(len(live) - target):
+        for replica in self.pool.choose_to_remove(max(0, len(live) - target)):
             if replica.state == STARTING:
                 self.pool.stop(replica, self.now)
             else:
@@ -301,24 +301,3 @@ class DaySimulation:
     def _warm_hours(self) -> float:
         """Initial replicas were requested startup_s before the day; that warm-up is not billed."""
         return self.config.pool.initial_replicas * self.config.pool.startup_s / 3600.0
-
-
-def load_day(config: SimConfig, trace: TraceTable | None = None) -> tuple[TraceTable, DayArrivals]:
-    engine = config.pool.engine
-    trace = trace or load_trace_table(config.traffic.trace, max_context_tokens=engine.total_kv_tokens)
-    t = config.traffic
-    day = sample_day(
-        trace, rate_scale=t.rate_scale, trough_fraction=t.trough_fraction, trough_hour=t.trough_hour,
-        duration_s=t.duration_s, seed=t.seed, start_s=t.start_s,
-    )  # fmt: skip
-    return trace, day
-
-
-def simulate_day(
-    config: SimConfig, trace: TraceTable | None = None, profile: SimProfile | None = None, day: DayArrivals | None = None
-) -> DayResult:
-    """Run one simulated day; pass a loaded trace/profile/day to reuse them across runs."""
-    if day is None or trace is None:
-        trace, day = load_day(config, trace)
-    profile = profile or load_profile(config.pool.engine.profile)
-    return DaySimulation(config, trace, profile, day).run()

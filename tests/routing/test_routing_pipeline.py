@@ -58,6 +58,17 @@ def test_rule_wait_when_no_replica_can_hold():
     assert set(decision.rejected) == {"a", "b"}
 
 
+def test_rule_never_fits_is_sent_for_the_engine_to_refuse():
+    # 12,000 tokens exceed every replica's total (10,000): waiting cannot help, so the request is
+    # placed on the healthy replica with the fewest requests in flight; unhealthy b is skipped.
+    p = pipeline()
+    request = RequestView("q", needed_kv_tokens=12_000)
+    replicas = [view("a", free_kv_tokens=2000, num_running=3), view("b", healthy=False), view("c", num_running=1)]
+    decision = p.choose(request, replicas)
+    assert not decision.wait and decision.ranked_replica_ids == ("c", "a")
+    assert "could ever hold" in decision.reason
+
+
 def test_rule_unreported_replicas_are_the_fallback_tier():
     p = pipeline()
     new = ReplicaView("new", LoadSnapshot(), math.inf)

@@ -1,0 +1,140 @@
+"""`ray-dspine bench autoscaling`: one simulated day, Ray's default, Ray LLM's TTFT rule and ours.
+
+Rule: the same day (trace, seed, pool, start-up, load balancer, Ray controller) runs under each
+policy. The better baseline is the cheapest per completed request among baselines keeping >= 99%
+of requests within the SLOs, or, when none does, the one with the highest attainment. The goal is
+met when ours keeps >= 99% and costs >= 25% less per completed request than the better baseline.
+With --sweep-baselines each baseline's main knob is also swept (Ray: target_ongoing_requests, as its
+docs advise load-testing it; TTFT rule: ttft_target_s) and the cheapest setting within SLO reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from ray_dspine.autoscale.baselines import RayDefaultSettings, TtftRuleSettings
+from ray_dspine.autoscale.sim_setup import (
+    add_pool_arguments,
+    base_policy_config,
+    command_line,
+    remember_command,
+    load_pool_profile,
+    load_trace_for,
+    resolve_pool,
+    tuned_policy_config,
+)
+from ray_dspine.sim.config import OursPolicy, RayDefaultPolicySpec, SimConfig, TtftRulePolicySpec
+from ray_dspine.sim.run import load_day, simulate_day
+from ray_dspine.sim.simulator import effective_controls
+
+GOAL_COST_REDUCTION = 0.25
+GOAL_ATTAINMENT = 0.99
+RAY_SWEEP = (1.0, 2.0, 4.0, 8.0, 16.0)
+TTFT_SWEEP_FRACTIONS = (0.25, 0.5)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("autoscaling", help="simulated day: Ray default vs Ray LLM TTFT rule vs ours")
+    add_pool_arguments(parser)
+    parser.add_argument("--seed", type=int, default=1, help="traffic seed (default 1: a day the tuner did not see)")
+    parser.add_argument("--tuned", type=Path, help="tuned YAML (default autoscaling/tuned/<pool>.yaml if present)")
+    parser.add_argument("--sweep-baselines", action="store_true", help="also sweep each baseline's main knob")
+    parser.add_argument("--json", action="store_true", help="print the JSON report (always written with --out)")
+    parser.add_argument("--out", type=Path, help="write the JSON report here")
+    parser.set_defaults(func=run)
+    remember_command(parser, "bench autoscaling")
+
+
+def _row(name: str, spec, sim: SimConfig, trace, profile, day) -> dict:
+    config = sim.model_copy(update={"policy": spec})
+    started = time.process_time()
+    result = simulate_day(config, trace, profile, day)
+    print(
+        f"  {name}: cost/request {result.cost_per_completed_request_usd:.6f} USD  attainment "
+        f"{result.slo_attainment:.4f}  replica-hours {result.replica_hours:.1f}",
+        file=sys.stderr,
+    )
+    return {
+        "name": name,
+        "settings": spec.model_dump(mode="json"),
+        "ray_controls": effective_controls(config).model_dump(mode="json"),
+        "cpu_s": round(time.process_time() - started, 1),
+        **result.model_dump(mode="json"),
+    }
+
+
+def better_baseline(rows: list[dict]) -> dict:
+    """The cheapest baseline within SLO (attainment >= 99%); with none, the one with the best attainment."""
+    ok = [r for r in rows if r["slo_attainment"] >= GOAL_ATTAINMENT]
+    if ok:
+        return min(ok, key=lambda r: r["cost_per_completed_request_usd"])
+    return max(rows, key=lambda r: (r["slo_attainment"], -r["cost_per_completed_request_usd"]))
+
+
+def _verdict(ours: dict, baselines: list[dict]) -> dict:
+    better = better_baseline(baselines)
+    cheapest = min(baselines, key=lambda r: r["cost_per_completed_request_usd"])
+    cost = ours["cost_per_completed_request_usd"]
+    out = {
+        "ours_attainment_ok": ours["slo_attainment"] >= GOAL_ATTAINMENT,
+        "better_baseline": better["name"],
+        "better_baseline_within_slo": better["slo_attainment"] >= GOAL_ATTAINMENT,
+        "cost_reduction_vs_better_baseline": 1.0 - cost / better["cost_per_completed_request_usd"],
+        "cheapest_baseline": cheapest["name"],
+        "cost_reduction_vs_cheapest_baseline": 1.0 - cost / cheapest["cost_per_completed_request_usd"],
+    }
+    out["goal_met"] = bool(
+        out["ours_attainment_ok"] and out["cost_reduction_vs_better_baseline"] >= GOAL_COST_REDUCTION
+    )
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    pool, traffic = resolve_pool(args)
+    traffic = traffic.model_copy(update={"seed": args.seed})
+    profile = load_pool_profile(pool)
+    tuned_path = args.tuned or Path("autoscaling/tuned") / f"{pool.name}.yaml"
+    params = tuned_policy_config(tuned_path) if tuned_path.is_file() else base_policy_config(pool, profile)
+    sim = SimConfig(pool=pool, traffic=traffic, policy=OursPolicy(params=params))
+    trace, day = load_day(sim, load_trace_for(args, pool, traffic))
+    ray_spec = RayDefaultPolicySpec(settings=RayDefaultSettings(max_ongoing_requests=pool.max_ongoing_requests))
+    ttft_spec = TtftRulePolicySpec(settings=TtftRuleSettings(ttft_target_s=pool.slo.ttft_p95_s))
+    rows = []
+    for name, spec in (("ray-default", ray_spec), ("ray-llm-ttft", ttft_spec), ("ours", OursPolicy(params=params))):
+        print(f"simulating {name} on {pool.name} ({day.num_requests} requests)", file=sys.stderr)
+        rows.append(_row(name, spec, sim, trace, profile, day))
+    baselines, ours = rows[:2], rows[2]
+    sweeps = []
+    if args.sweep_baselines:
+        for target in RAY_SWEEP:
+            spec = ray_spec.model_copy(update={"settings": ray_spec.settings.model_copy(update={"target_ongoing_requests": target})})
+            sweeps.append(_row(f"ray-default(target_ongoing_requests={target:g})", spec, sim, trace, profile, day))
+        for fraction in TTFT_SWEEP_FRACTIONS:
+            value = fraction * pool.slo.ttft_p95_s
+            spec = ttft_spec.model_copy(update={"settings": ttft_spec.settings.model_copy(update={"ttft_target_s": value})})
+            sweeps.append(_row(f"ray-llm-ttft(ttft_target_s={value:g})", spec, sim, trace, profile, day))
+    report = {
+        "simulated": True,
+        "note": "SIMULATED day on the calibrated twin; every figure is simulated, not measured on GPUs.",
+        "command": command_line(args),
+        "pool": pool.model_dump(mode="json"),
+        "traffic": traffic.model_dump(mode="json"),
+        "tuned_params_from": str(tuned_path) if tuned_path.is_file() else "defaults (no tuned file)",
+        "goal": {"cost_reduction_at_least": GOAL_COST_REDUCTION, "slo_attainment_at_least": GOAL_ATTAINMENT},
+        "policies": rows,
+        "verdict": _verdict(ours, baselines),
+    }
+    if sweeps:
+        report["baseline_sweeps"] = sweeps
+        report["verdict_with_sweeps"] = _verdict(ours, baselines + sweeps)
+    text = json.dumps(report, indent=2)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n", encoding="utf-8")
+    if args.json or args.out is None:
+        print(text)
+    return 0

@@ -1,0 +1,75 @@
+"""The GPU pools' simulated twins: engine, SLOs, price and the day of traffic each is tuned on.
+
+Until GPU measurements exist, each production pool is represented by the simulated engine on the
+H200 profile (calibrated from vendor figures) with its drafter. Assumptions, stated once:
+  price       3.50 USD per H200 GPU-hour (on-demand cloud list prices, 2025, order of magnitude).
+  replica     one GPU; 262,144 KV tokens; 64 running requests at most; Ray max_ongoing_requests 64.
+  start-up    120 s from request to serving (node already up: SGLang loads 27B + 2B draft weights
+              from local disk and captures CUDA graphs for target and drafter).
+  traffic     dspine-agent and dflash2 (its A/B arm): Azure code trace (long prompts, short
+              outputs, coding-assistant-like); dspine-reasoning: Azure conversation trace (longer
+              outputs). rate_scale is chosen so one simulated day runs in about a minute on one core.
+  SLOs        agent pools: p95 TTFT 2 s, p95 inter-token 100 ms; reasoning: 3 s, 60 ms.
+A `--config` YAML (clusters/sim.yaml) may override engine, price and GPUs per replica per pool.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from ray_dspine.autoscale.config import SloTargets
+from ray_dspine.engines.simulated.config import SimulatedEngineConfig
+from ray_dspine.sim.config import PoolSimConfig, TrafficConfig
+
+TWIN_POOLS: dict[str, tuple[PoolSimConfig, TrafficConfig]] = {
+    "dspine-agent": (
+        PoolSimConfig(
+            name="dspine-agent",
+            engine=SimulatedEngineConfig(profile="h200-qwen3.8-27b", drafter="dspine"),
+            slo=SloTargets(ttft_p95_s=2.0, itl_p95_ms=100.0),
+            gpu_hour_usd=3.5,
+        ),
+        TrafficConfig(trace="azure-code", rate_scale=2.5),
+    ),
+    "dflash2": (
+        PoolSimConfig(
+            name="dflash2",
+            engine=SimulatedEngineConfig(profile="h200-qwen3.8-27b", drafter="dflash2"),
+            slo=SloTargets(ttft_p95_s=2.0, itl_p95_ms=100.0),
+            gpu_hour_usd=3.5,
+        ),
+        TrafficConfig(trace="azure-code", rate_scale=2.5),
+    ),
+    "dspine-reasoning": (
+        PoolSimConfig(
+            name="dspine-reasoning",
+            engine=SimulatedEngineConfig(profile="h200-qwen3.8-27b", drafter="dspine"),
+            slo=SloTargets(ttft_p95_s=3.0, itl_p95_ms=60.0),
+            gpu_hour_usd=3.5,
+        ),
+        TrafficConfig(trace="azure-conv", rate_scale=1.0),
+    ),
+}
+
+
+def pool_from_cluster_yaml(path: Path, name: str, base: PoolSimConfig) -> PoolSimConfig:
+    """Take engine, gpu_hour_usd and deployment.num_gpus of pool `name` from a Serve config file."""
+    with path.open(encoding="utf-8") as f:
+        document = yaml.safe_load(f) or {}
+    for app in document.get("applications", []):
+        for pool in (app.get("args") or {}).get("pools", []):
+            if pool.get("name") != name:
+                continue
+            engine = pool.get("engine") or {}
+            if engine.get("kind") != "simulated":
+                raise ValueError(f"pool {name!r} in {path} is not a simulated pool (engine kind {engine.get('kind')!r})")
+            update: dict = {"engine": SimulatedEngineConfig.model_validate(engine)}
+            if "gpu_hour_usd" in pool:
+                update["gpu_hour_usd"] = float(pool["gpu_hour_usd"])
+            gpus = float((pool.get("deployment") or {}).get("num_gpus", 0.0) or 0.0)
+            if gpus > 0:
+                update["gpus_per_replica"] = gpus
+            return base.model_copy(update=update)
+    raise KeyError(f"no pool {name!r} in {path}")

@@ -1,0 +1,118 @@
+"""Shared command-line setup of `tune autoscaling` and `bench autoscaling`: which pool, which day."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from pathlib import Path
+
+import yaml
+
+from ray_dspine.autoscale.calibration import capacity_from_profile
+from ray_dspine.autoscale.config import CostAutoscalingConfig, SloTargets
+from ray_dspine.autoscale.sim_pools import TWIN_POOLS, pool_from_cluster_yaml
+from ray_dspine.engines.simulated.profile import SimProfile, load_profile
+from ray_dspine.sim.config import PoolSimConfig, TrafficConfig
+from ray_dspine.sim.traces import TraceTable, load_trace_table
+
+POLICY_FUNCTION = "ray_dspine.autoscale.ray_policy:CostAutoscalingPolicy"
+
+
+def add_pool_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--pool", required=True, help=f"pool name; twins built in: {', '.join(TWIN_POOLS)}")
+    parser.add_argument("--config", type=Path, help="Serve config (clusters/sim.yaml) to take the pool's engine from")
+    parser.add_argument("--trace", help="azure-code | azure-conv | mooncake | a file (default: the pool's)")
+    parser.add_argument("--traces-dir", type=Path, help="folder holding the named traces")
+    parser.add_argument("--profile", help="simulated profile (default: the pool's), e.g. h200-qwen3.8-27b")
+    parser.add_argument("--drafter", choices=("dspine", "dflash2", "none"), help="drafter (default: the pool's)")
+    parser.add_argument("--rate-scale", type=float, help="peak rate / the trace's mean rate (default: the pool's)")
+    parser.add_argument("--duration-s", type=float, help="simulate less than a day (tests, quick looks)")
+    parser.add_argument("--ttft-p95-s", type=float, help="TTFT SLO (default: the pool's)")
+    parser.add_argument("--itl-p95-ms", type=float, help="inter-token SLO (default: the pool's)")
+    parser.add_argument("--max-replicas", type=int, help="replica ceiling (default 32)")
+
+
+def resolve_pool(args: argparse.Namespace) -> tuple[PoolSimConfig, TrafficConfig]:
+    """The built-in twin of --pool (or a generic one), overridden by --config and the flags."""
+    if args.pool in TWIN_POOLS:
+        pool, traffic = TWIN_POOLS[args.pool]
+    else:
+        pool, traffic = TWIN_POOLS["dspine-agent"]
+        pool = pool.model_copy(update={"name": args.pool})
+    if args.config is not None:
+        pool = pool_from_cluster_yaml(args.config, args.pool, pool)
+    engine_update = {k: v for k, v in (("profile", args.profile), ("drafter", args.drafter)) if v is not None}
+    slo = pool.slo.model_copy(
+        update={k: v for k, v in (("ttft_p95_s", args.ttft_p95_s), ("itl_p95_ms", args.itl_p95_ms)) if v is not None}
+    )
+    pool_update: dict = {"engine": pool.engine.model_copy(update=engine_update), "slo": SloTargets(**slo.model_dump())}
+    if args.max_replicas is not None:
+        pool_update["max_replicas"] = args.max_replicas
+    pool = PoolSimConfig.model_validate({**pool.model_dump(), **{k: v for k, v in pool_update.items()}})
+    traffic_update = {
+        k: v for k, v in (("trace", args.trace), ("rate_scale", args.rate_scale), ("duration_s", args.duration_s))
+        if v is not None
+    }  # fmt: skip
+    return pool, traffic.model_copy(update=traffic_update)
+
+
+def load_trace_for(args: argparse.Namespace, pool: PoolSimConfig, traffic: TrafficConfig) -> TraceTable:
+    return load_trace_table(
+        traffic.trace, max_context_tokens=pool.engine.total_kv_tokens, traces_dir=getattr(args, "traces_dir", None)
+    )
+
+
+def base_policy_config(pool: PoolSimConfig, profile: SimProfile) -> CostAutoscalingConfig:
+    return CostAutoscalingConfig(
+        slo=pool.slo,
+        capacity=capacity_from_profile(profile, pool.engine),
+        gpu_hour_usd=pool.gpu_hour_usd,
+        gpus_per_replica=pool.gpus_per_replica,
+    )
+
+
+def load_pool_profile(pool: PoolSimConfig) -> SimProfile:
+    return load_profile(pool.engine.profile)
+
+
+def tuned_policy_config(path: Path) -> CostAutoscalingConfig:
+    """policy_kwargs of a tuned file written by `tune autoscaling`."""
+    with path.open(encoding="utf-8") as f:
+        document = yaml.safe_load(f)
+    kwargs = document["autoscaling_config"]["policy"]["policy_kwargs"]
+    return CostAutoscalingConfig.model_validate(kwargs)
+
+
+def remember_command(parser: argparse.ArgumentParser, words: str) -> None:
+    """Let `command_line` rebuild the invocation from the parsed arguments (however main was called)."""
+    flags = [(a.dest, a.option_strings[-1], a.default, a.nargs == 0) for a in parser._actions if a.option_strings]
+    parser.set_defaults(command_words=words, command_flags=flags)
+
+
+def command_line(args: argparse.Namespace) -> str:
+    """`ray-dspine <words>` plus every option whose value differs from its default."""
+    parts = ["ray-dspine", args.command_words]
+    for dest, flag, default, is_switch in args.command_flags:
+        value = getattr(args, dest, default)
+        if dest == "help" or value == default:
+            continue
+        parts.append(flag if is_switch else f"{flag} {shlex.quote(str(value))}")
+    return " ".join(parts)
+
+
+def deployment_autoscaling_yaml(pool: PoolSimConfig, params: CostAutoscalingConfig) -> dict:
+    """The block to put under the pool deployment (Ray's delays off: the policy keeps its own)."""
+    return {
+        "autoscaling_config": {
+            "min_replicas": pool.min_replicas,
+            "initial_replicas": pool.initial_replicas,
+            "max_replicas": pool.max_replicas,
+            "look_back_period_s": 30.0,
+            "upscale_delay_s": 0.0,
+            "downscale_delay_s": 0.0,
+            "policy": {"policy_function": POLICY_FUNCTION, "policy_kwargs": params.model_dump(mode="json")},
+        },
+        "max_ongoing_requests": pool.max_ongoing_requests,
+        "graceful_shutdown_timeout_s": pool.graceful_shutdown_timeout_s,
+        "graceful_shutdown_wait_loop_s": pool.graceful_shutdown_wait_loop_s,
+    }

@@ -1,0 +1,94 @@
+"""Search the policy's parameters on simulated days: the cheapest per completed request within SLO.
+
+Rules:
+  space      headroom, scale_down_utilization, downscale_delay_s, upscale_delay_s, lookahead_s and
+             itl_tail_factor take values from SEARCH_SPACE.
+  candidates the config's own values first, then num_candidates - 1 distinct points drawn uniformly
+             from the grid with random.Random(seed) (a point already drawn is drawn again).
+  objective  feasible when slo_attainment >= min_attainment; feasible candidates rank by
+             cost_per_completed_request_usd (then replica-hours); infeasible ones after all feasible,
+             by attainment (higher first). The first ranked is the tuned point.
+Complexity: num_candidates simulated days.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ray_dspine.autoscale.config import CostAutoscalingConfig
+from ray_dspine.sim.results import DayResult
+
+SEARCH_SPACE: dict[str, tuple[float, ...]] = {
+    "headroom": (0.0, 0.1, 0.2, 0.3),
+    "scale_down_utilization": (0.7, 0.85, 1.0),
+    "downscale_delay_s": (120.0, 300.0, 600.0),
+    "upscale_delay_s": (0.0, 30.0),
+    "lookahead_s": (0.0, 120.0),
+    "itl_tail_factor": (1.2, 1.4, 1.8),
+}
+
+
+@dataclass(frozen=True)
+class Trial:
+    params: dict[str, float]
+    result: DayResult
+
+
+def point_of(config: CostAutoscalingConfig) -> dict[str, float]:
+    point = {k: float(getattr(config, k)) for k in SEARCH_SPACE if k != "itl_tail_factor"}
+    point["itl_tail_factor"] = float(config.capacity.itl_tail_factor)
+    return point
+
+
+def apply_point(config: CostAutoscalingConfig, point: dict[str, float]) -> CostAutoscalingConfig:
+    top = {k: v for k, v in point.items() if k != "itl_tail_factor"}
+    capacity = config.capacity.model_copy(update={"itl_tail_factor": point["itl_tail_factor"]})
+    return config.model_copy(update={**top, "capacity": capacity})
+
+
+def candidates(base: CostAutoscalingConfig, num_candidates: int, seed: int) -> list[dict[str, float]]:
+    """Apply the candidates rule."""
+    rng = random.Random(seed)
+    points = [point_of(base)]
+    size = 1
+    for values in SEARCH_SPACE.values():
+        size *= len(values)
+    while len(points) < min(num_candidates, size):
+        point = {k: float(rng.choice(v)) for k, v in SEARCH_SPACE.items()}
+        if point not in points:
+            points.append(point)
+    return points
+
+
+def rank(trials: list[Trial], min_attainment: float) -> list[Trial]:
+    """Apply the objective rule."""
+
+    def key(trial: Trial):
+        r = trial.result
+        feasible = r.slo_attainment >= min_attainment
+        if feasible:
+            return (0, r.cost_per_completed_request_usd, r.replica_hours)
+        return (1, -r.slo_attainment, r.cost_per_completed_request_usd)
+
+    return sorted(trials, key=key)
+
+
+def tune(
+    base: CostAutoscalingConfig,
+    evaluate: Callable[[CostAutoscalingConfig], DayResult],
+    *,
+    num_candidates: int,
+    seed: int,
+    min_attainment: float,
+    progress: Callable[[int, Trial], None] | None = None,
+) -> list[Trial]:
+    """Evaluate every candidate on the simulator; returns the trials ranked best first."""
+    trials = []
+    for index, point in enumerate(candidates(base, num_candidates, seed)):
+        trial = Trial(params=point, result=evaluate(apply_point(base, point)))
+        trials.append(trial)
+        if progress is not None:
+            progress(index, trial)
+    return rank(trials, min_attainment)

@@ -1,0 +1,159 @@
+"""What `ray-dspine bench routing` replays and against what: its settings, the trace slice, the app.
+
+Slice rule (trace seconds a, session s, settings below):
+    keep(q)    = window_start_s <= a(q) < window_start_s + window_s
+                 and crc32(f"{seed}:{s(q)}") / 2**32 < session_fraction     (whole sessions kept or dropped)
+    arrival(q) = (a(q) - window_start_s) * arrival_scale                      (simulated seconds)
+    wall(q)    = arrival(q) * engine_time_scale                               (wall seconds after the start)
+A session's turn is still sent only after its previous turn ended (the replay's open-loop rule).
+Sampling whole sessions keeps the trace's prefix sharing inside each conversation while thinning the
+rate; `arrival_scale` then sets the offered load in simulated seconds (arrival_scale < 1 compresses
+the think time between turns by the same factor). Traces without timestamps (tau-bench) start
+sessions at `session_rate_per_s` (per simulated second) and are windowed the same way.
+
+App rule: one pool `bench` of `num_replicas` simulated replicas sized by the capacity plan of
+`capacity` (the DSpine pool of clusters/sim.yaml by default), every reasoning level routed to it, and
+`RouterConfig(policy=p)` for the router p under test; nothing else differs between routers.
+Complexity: O(n log n) for n trace requests.
+"""
+
+from __future__ import annotations
+
+import zlib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..capacity.config import CapacityConfig, DraftConfig
+from ..config import AppConfig, DeploymentOptions, PoolConfig, ServerConfig
+from ..engines.simulated.config import SimulatedEngineConfig
+from ..routing.config import PolicyName, RouterConfig, TrafficConfig, TrafficRule
+from .traces.loader import load_trace
+from .traces.model import Trace, TraceRequest
+
+BENCH_POOL = "bench"
+BENCH_MODEL = "qwen3.8-27b"
+DEFAULT_ROUTERS: tuple[PolicyName, ...] = ("pow2", "cache_aware", "headroom")
+ROUTER_LABELS: dict[str, str] = {
+    "pow2": "Ray default (PowerOfTwoChoices)",
+    "cache_aware": "SGLang gateway cache_aware",
+    "headroom": "ray-dspine headroom (ours)",
+    "least_load": "least load",
+}
+
+
+def dspine_h200_capacity() -> CapacityConfig:
+    """The capacity section of the `dspine` pool in clusters/sim.yaml (H200, DSpine drafter)."""
+    return CapacityConfig(
+        gpu="H200",
+        mem_fraction_static=0.85,
+        target_profile="qwen3.8-27b",
+        context_length_tokens=131_072,
+        draft=DraftConfig(
+            name="DSpine",
+            draft_params_b=2.03,
+            draft_num_layers=5,
+            speculative_num_draft_tokens=16,
+            draft_window_tokens=8192,
+        ),
+    )
+
+
+class RoutingBenchSettings(BaseModel):
+    """Everything one `bench routing` run depends on (echoed in its JSON as `settings`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    trace: str = Field(default="mooncake", description="'mooncake', 'tau-bench' or a trace file.")
+    traces_dir: Path | None = Field(default=None, description="Folder of named traces.")
+    routers: list[PolicyName] = Field(default_factory=lambda: list(DEFAULT_ROUTERS), min_length=1)
+    num_replicas: int = Field(default=4, ge=1, le=16, description="Simulated replicas of the one pool.")
+    window_start_s: float = Field(default=0.0, ge=0.0, description="Start of the slice, trace seconds.")
+    window_s: float = Field(default=1200.0, gt=0.0, description="Length of the slice, trace seconds.")
+    session_fraction: float = Field(default=0.1, gt=0.0, le=1.0, description="Share of sessions kept.")
+    arrival_scale: float = Field(
+        default=0.13, gt=0.0, le=100.0, description="Simulated seconds per trace second (< 1: more load)."
+    )
+    session_rate_per_s: float | None = Field(
+        default=None, gt=0.0, description="Session starts per trace second for traces without timestamps."
+    )
+    engine_time_scale: float = Field(
+        default=0.5, gt=0.0, le=10.0, description="Wall seconds per simulated GPU second (the engines' time_scale)."
+    )
+    max_tokens_cap: int | None = Field(default=None, ge=1, description="Upper bound on each request's max_tokens.")
+    max_prompt_tokens: int | None = Field(default=None, ge=1, description="Clamp on prompt length, tokens.")
+    max_ongoing_requests: int = Field(default=32, ge=1, description="Requests Ray sends one replica at once.")
+    routing_stats_period_s: float = Field(default=0.5, gt=0.0, description="Replica load reports, wall seconds.")
+    stale_after_s: float = Field(default=2.0, gt=0.0, description="headroom: reports older than this are discounted.")
+    replica_num_cpus: float = Field(default=0.1, ge=0.0, description="CPUs reserved per replica.")
+    capacity: CapacityConfig = Field(default_factory=dspine_h200_capacity, description="The GPU each replica models.")
+    profile: str = Field(default="h200-qwen3.8-27b", description="Simulated timing profile.")
+    workload: str = Field(default="swe-bench-pro-xhigh", description="Acceptance figures to draw from.")
+    drafter: Literal["dspine", "dflash2", "none"] = "dspine"
+    seed: int = Field(default=0, ge=0, description="Session sampling, arrival spreading and engine draws.")
+    request_timeout_s: float = Field(default=300.0, gt=0.0, description="Per-request deadline, wall seconds.")
+    ray_num_cpus: int = Field(default=2, ge=1, description="CPUs the local Ray cluster declares.")
+
+
+def session_kept(session_id: str, seed: int, fraction: float) -> bool:
+    return zlib.crc32(f"{seed}:{session_id}".encode()) / 2**32 < fraction
+
+
+def slice_requests(trace: Trace, settings: RoutingBenchSettings) -> list[TraceRequest]:
+    """Apply the slice rule; arrivals become simulated seconds from 0."""
+    start, end = settings.window_start_s, settings.window_start_s + settings.window_s
+    kept = [
+        r.model_copy(update={"arrival_s": (r.arrival_s - start) * settings.arrival_scale})
+        for r in trace.requests
+        if start <= r.arrival_s < end and session_kept(r.session_id, settings.seed, settings.session_fraction)
+    ]
+    kept.sort(key=lambda r: (r.arrival_s, r.session_id, r.turn_index))
+    return kept
+
+
+def load_slice(settings: RoutingBenchSettings) -> tuple[Trace, list[TraceRequest]]:
+    trace = load_trace(
+        settings.trace,
+        traces_dir=settings.traces_dir,
+        seed=settings.seed,
+        max_prompt_tokens=settings.max_prompt_tokens,
+        session_rate_per_s=settings.session_rate_per_s,
+    )
+    return trace, slice_requests(trace, settings)
+
+
+def bench_app_config(settings: RoutingBenchSettings, policy: PolicyName) -> AppConfig:
+    """The app for one router: identical for every policy except `router.policy`."""
+    engine = SimulatedEngineConfig(
+        profile=settings.profile,
+        workload=settings.workload,
+        drafter=settings.drafter,
+        capacity=settings.capacity,
+        time_scale=settings.engine_time_scale,
+        seed=settings.seed,
+    )
+    router = RouterConfig(
+        policy=policy,
+        stale_after_s=settings.stale_after_s,
+        assumed_stats_age_s=settings.routing_stats_period_s,
+    )
+    deployment = DeploymentOptions(
+        num_replicas=settings.num_replicas,
+        max_ongoing_requests=settings.max_ongoing_requests,
+        max_queued_requests=-1,
+        num_cpus=settings.replica_num_cpus,
+        routing_stats_period_s=settings.routing_stats_period_s,
+        router=router,
+    )
+    pool = PoolConfig(name=BENCH_POOL, description="simulated replicas under test", engine=engine, deployment=deployment)
+    traffic = TrafficConfig(
+        default_reasoning_level="medium",
+        rules=[TrafficRule(reasoning_levels=["none", "low", "medium", "high", "xhigh"], pool=BENCH_POOL)],
+    )
+    server = ServerConfig(
+        served_model_name=BENCH_MODEL,
+        api_key_env=None,
+        request_timeout_s=settings.request_timeout_s,
+    )
+    return AppConfig(server=server, pools=[pool], traffic=traffic)

@@ -1,0 +1,180 @@
+"""Render a KubeRay RayService manifest from a template and a Serve config, so the two cannot drift.
+
+Rules (g = GPUs per worker pod, --gpus-per-worker, default 8):
+  serve     spec.serveConfigV2 = the Serve config file's text, byte for byte (emitted as a literal block).
+  name      metadata.name = --name, else "ray-dspine" for prod.yaml and "ray-dspine-<rest>" for
+            prod-<rest>.yaml (any other stem s: "ray-dspine-<s>").
+  gpu pools a pool is on GPUs when its replicas reserve num_gpus > 0 (a deployment override's
+            ray_actor_options.num_gpus wins); all of them must name one capacity.gpu G, and the worker
+            group becomes groupName "<g>-gpu" (G lower-cased), nodeSelector nvidia.com/gpu.product =
+            GPU_PRODUCTS[G] (or --gpu-product), `nvidia.com/gpu` limits and requests = g, num-gpus = "g".
+  replicas  per GPU pool p with n_p GPUs per replica and bounds (lo_p, hi_p) = the override's
+            autoscaling_config (min_replicas, max_replicas), else its num_replicas, else the pool's:
+            minReplicas = ceil(sum lo_p * n_p / g), maxReplicas = ceil(sum hi_p * n_p / g), replicas =
+            minReplicas. A replica must fit one pod: n_p <= g.
+  image     every container of the head and worker templates runs --image.
+Output: a header naming the command and the template, then the manifest. Complexity: O(pools + template).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from ray_dspine.config_io import load_app_configs, read_serve_yaml
+
+DEFAULT_IMAGE = "ray-dspine:0.1.0"
+DEFAULT_GPUS_PER_WORKER = 8
+# GPU Feature Discovery's `nvidia.com/gpu.product` label of each GPU name used in capacity sections.
+GPU_PRODUCTS = {
+    "H200": "NVIDIA-H200",
+    "H100": "NVIDIA-H100-80GB-HBM3",
+    "A100-80GB": "NVIDIA-A100-SXM4-80GB",
+}
+
+
+class RenderError(ValueError):
+    """A config or template the renderer cannot use; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class RenderOptions:
+    config_path: Path
+    template_path: Path
+    image: str = DEFAULT_IMAGE
+    name: str | None = None
+    gpus_per_worker: int = DEFAULT_GPUS_PER_WORKER
+    gpu_product: str | None = None
+
+
+@dataclass(frozen=True)
+class GpuDemand:
+    gpu: str
+    min_gpus: float
+    max_gpus: float
+    largest_replica_gpus: float
+
+
+def default_name(config_path: Path) -> str:
+    stem = config_path.stem
+    if stem == "prod":
+        return "ray-dspine"
+    return "ray-dspine-" + (stem[len("prod-"):] if stem.startswith("prod-") else stem)
+
+
+def default_output(config_path: Path) -> Path:
+    stem = config_path.stem
+    suffix = "" if stem == "prod" else "-" + (stem[len("prod-"):] if stem.startswith("prod-") else stem)
+    return config_path.parent / "kuberay" / f"rayservice{suffix}.yaml"
+
+
+def default_template(config_path: Path) -> Path:
+    return config_path.parent / "kuberay" / "template.yaml"
+
+
+def gpu_demand(config_path: Path) -> GpuDemand:
+    """The GPU model and the GPU counts the config's pools need at their replica bounds."""
+    document = read_serve_yaml(config_path)
+    overrides = {}
+    for app in document["applications"]:
+        for entry in app.get("deployments") or []:
+            overrides[(app.get("name"), entry.get("name"))] = entry
+    gpus, low, high, largest = set(), 0.0, 0.0, 0.0
+    for app_name, config in load_app_configs(config_path):
+        for pool in config.pools:
+            override = overrides.get((app_name, f"pool-{pool.name}"), {})
+            per_replica = float((override.get("ray_actor_options") or {}).get("num_gpus", pool.deployment.num_gpus))
+            if per_replica <= 0:
+                continue
+            capacity = getattr(pool.engine, "capacity", None)
+            if capacity is None:
+                raise RenderError(f"pool {pool.name} reserves GPUs but has no capacity section naming its gpu")
+            gpus.add(capacity.gpu)
+            autoscaling = override.get("autoscaling_config") or {}
+            fixed = override.get("num_replicas", pool.deployment.num_replicas)
+            low += autoscaling.get("min_replicas", fixed) * per_replica
+            high += autoscaling.get("max_replicas", fixed) * per_replica
+            largest = max(largest, per_replica)
+    if len(gpus) != 1:
+        raise RenderError(f"expected the GPU pools of {config_path} to use one GPU model, found {sorted(gpus)}: "
+                          "render one manifest per GPU model")  # fmt: skip
+    return GpuDemand(gpu=gpus.pop(), min_gpus=low, max_gpus=high, largest_replica_gpus=largest)
+
+
+def _worker_group(manifest: dict) -> dict:
+    groups = manifest["spec"]["rayClusterConfig"].get("workerGroupSpecs") or []
+    if len(groups) != 1:
+        raise RenderError(f"the template must have exactly one worker group (the GPU group), found {len(groups)}")
+    return groups[0]
+
+
+def _set_images(pod_template: dict, image: str) -> None:
+    for container in pod_template["spec"]["containers"]:
+        container["image"] = image
+
+
+def render_manifest(options: RenderOptions) -> dict:
+    """The manifest as data (serveConfigV2 holds the config text)."""
+    manifest = yaml.safe_load(options.template_path.read_text(encoding="utf-8"))
+    serve_text = options.config_path.read_text(encoding="utf-8")
+    demand = gpu_demand(options.config_path)
+    g = options.gpus_per_worker
+    if demand.largest_replica_gpus > g:
+        raise RenderError(f"a replica needs {demand.largest_replica_gpus:g} GPUs but a worker pod has {g}: "
+                          "raise --gpus-per-worker")  # fmt: skip
+    product = options.gpu_product or GPU_PRODUCTS.get(demand.gpu)
+    if product is None:
+        raise RenderError(f"no nvidia.com/gpu.product label known for gpu {demand.gpu!r}: pass --gpu-product")
+    manifest["metadata"]["name"] = options.name or default_name(options.config_path)
+    manifest["spec"]["serveConfigV2"] = serve_text
+    cluster = manifest["spec"]["rayClusterConfig"]
+    _set_images(cluster["headGroupSpec"]["template"], options.image)
+    group = _worker_group(manifest)
+    group["groupName"] = f"{demand.gpu.lower()}-gpu"
+    group["minReplicas"] = math.ceil(demand.min_gpus / g)
+    group["maxReplicas"] = max(group["minReplicas"], math.ceil(demand.max_gpus / g))
+    group["replicas"] = group["minReplicas"]
+    group["rayStartParams"]["num-gpus"] = str(g)
+    pod = group["template"]
+    pod["spec"]["nodeSelector"]["nvidia.com/gpu.product"] = product
+    _set_images(pod, options.image)
+    for container in pod["spec"]["containers"]:
+        for kind in ("limits", "requests"):
+            container["resources"][kind]["nvidia.com/gpu"] = g
+    return manifest
+
+
+class _BlockDumper(yaml.SafeDumper):
+    """Multi-line strings as literal blocks (`|`), so serveConfigV2 reads like the file it copies."""
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str):
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_BlockDumper.add_representer(str, _represent_str)
+
+
+def _display(path: Path) -> str:
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+def render_text(options: RenderOptions) -> str:
+    manifest = render_manifest(options)
+    body = yaml.dump(manifest, Dumper=_BlockDumper, sort_keys=False, width=4096, allow_unicode=True)
+    if yaml.safe_load(body)["spec"]["serveConfigV2"] != manifest["spec"]["serveConfigV2"]:
+        raise RenderError(f"{options.config_path} cannot be embedded verbatim (tabs or trailing spaces?)")
+    config, template = _display(options.config_path), _display(options.template_path)
+    header = (
+        f"# GENERATED by `ray-dspine render kuberay --config {config}` from {template}.\n"
+        f"# Do not edit: change the template or {config}, then re-render (`--check` fails when stale).\n"
+        f"# Apply with: kubectl apply -f <this file>\n"
+    )
+    return header + body

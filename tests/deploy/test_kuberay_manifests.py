@@ -1,0 +1,185 @@
+"""RayService manifests: rendered from clusters/prod*.yaml, valid against KubeRay's CRD and Ray's schema."""
+
+import argparse
+import json
+
+import pytest
+import yaml
+from deploy_helpers import KUBERAY, PROD, PROD_H100, REPO, crd_path, load, write
+from ray.serve.schema import ServeDeploySchema
+
+from ray_dspine.cli import build_parser
+from ray_dspine.deploy import render_cli
+from ray_dspine.deploy.check import check_config
+from ray_dspine.deploy.crd import load_crd_schema, manifest_errors, strict_schema
+from ray_dspine.deploy.kuberay import RenderOptions, default_output, default_template, render_text
+
+VARIANTS = {"h200": (PROD, KUBERAY / "rayservice.yaml"), "h100": (PROD_H100, KUBERAY / "rayservice-h100.yaml")}
+
+
+@pytest.fixture(params=sorted(VARIANTS))
+def variant(request, monkeypatch):
+    monkeypatch.chdir(REPO)  # the header names repo-relative paths
+    return VARIANTS[request.param]
+
+
+@pytest.fixture(scope="module")
+def crd_schema():
+    path = crd_path()
+    if not path.is_file():
+        pytest.skip(f"KubeRay CRD not found at {path} (set DSPINE_SHARED_DIR to the folder holding kuberay/)")
+    return load_crd_schema(path)
+
+
+def render(argv):
+    parser = argparse.ArgumentParser()
+    render_cli.register(parser.add_subparsers())
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+def containers(manifest):
+    cluster = manifest["spec"]["rayClusterConfig"]
+    pods = [cluster["headGroupSpec"]["template"]] + [group["template"] for group in cluster["workerGroupSpecs"]]
+    return [container for pod in pods for container in pod["spec"]["containers"]]
+
+
+def test_committed_manifest_is_a_fresh_render(variant):
+    config, manifest = variant
+    assert default_output(config) == manifest and default_template(config) == KUBERAY / "template.yaml"
+    text = render_text(RenderOptions(config_path=config.relative_to(REPO), template_path=default_template(config)))
+    assert manifest.read_text(encoding="utf-8") == text, "stale: run `ray-dspine render kuberay --config ...`"
+
+
+def test_serve_config_is_embedded_verbatim_and_valid(variant):
+    config, manifest = variant
+    embedded = load(manifest)["spec"]["serveConfigV2"]
+    assert embedded == config.read_text(encoding="utf-8")
+    ServeDeploySchema.model_validate(yaml.safe_load(embedded))
+
+
+def test_manifest_matches_the_kuberay_crd(variant, crd_schema):
+    assert manifest_errors(load(variant[1]), crd_schema) == []
+
+
+def test_crd_check_is_strict(crd_schema):
+    manifest = load(KUBERAY / "rayservice.yaml")
+    manifest["spec"]["rayClusterConfig"]["enableInTreeAutoscalng"] = True  # a typo the API server would prune
+    manifest["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["maxReplicas"] = "4"
+    assert manifest_errors(manifest, crd_schema) == [
+        "spec.rayClusterConfig: Additional properties are not allowed ('enableInTreeAutoscalng' was unexpected)",
+        "spec.rayClusterConfig.workerGroupSpecs.0.maxReplicas: '4' is not of type 'integer'",
+    ]
+
+
+def test_rule_strip_and_closed():
+    port = {"x-kubernetes-int-or-string": True, "anyOf": [{"type": "integer"}, {"type": "string"}]}
+    labels = {"type": "object", "additionalProperties": {"type": "string"}}
+    crd_node = {"type": "object", "properties": {"port": port, "labels": labels},
+                "x-kubernetes-preserve-unknown-fields": True}  # fmt: skip
+    assert strict_schema(crd_node) == {
+        "type": "object", "additionalProperties": False,
+        "properties": {"port": {"anyOf": [{"type": "integer"}, {"type": "string"}], "type": ["integer", "string"]},
+                       "labels": {"type": "object", "additionalProperties": {"type": "string"}}},
+    }  # fmt: skip
+
+
+def test_cluster_shape():
+    manifest = load(KUBERAY / "rayservice.yaml")
+    spec = manifest["spec"]
+    cluster = spec["rayClusterConfig"]
+    assert manifest["metadata"]["name"] == "ray-dspine" and spec["upgradeStrategy"] == {"type": "NewCluster"}
+    assert cluster["enableInTreeAutoscaling"] is True and cluster["autoscalerOptions"]["upscalingMode"] == "Default"
+    head = cluster["headGroupSpec"]
+    assert head["rayStartParams"]["dashboard-host"] == "0.0.0.0" and head["rayStartParams"]["num-cpus"] == "0"
+    assert "nvidia.com/gpu" not in head["template"]["spec"]["containers"][0]["resources"]["limits"]
+    for container in containers(manifest):
+        assert container["image"] == "ray-dspine:0.1.0"
+        assert container["readinessProbe"]["exec"] and container["livenessProbe"]["exec"]
+        assert "value" not in json.dumps(container.get("env", []))  # secrets come from a Secret, never inline
+
+
+@pytest.mark.parametrize(
+    "manifest_name, gpu_group, product, min_workers, max_workers",
+    [
+        # H200, 1 GPU per replica: min (2 + 1 + 1) x 1 = 4 GPUs -> ceil(4 / 8) = 1 pod;
+        # max (16 + 8 + 4) x 1 = 28 GPUs -> ceil(28 / 8) = 4 pods
+        ("rayservice.yaml", "h200-gpu", "NVIDIA-H200", 1, 4),
+        # H100, 2 GPUs per replica: min 4 x 2 = 8 -> 1 pod; max 28 x 2 = 56 -> 7 pods
+        ("rayservice-h100.yaml", "h100-gpu", "NVIDIA-H100-80GB-HBM3", 1, 7),
+    ],
+)
+def test_rule_gpu_worker_group(manifest_name, gpu_group, product, min_workers, max_workers):
+    [group] = load(KUBERAY / manifest_name)["spec"]["rayClusterConfig"]["workerGroupSpecs"]
+    assert (group["groupName"], group["minReplicas"], group["maxReplicas"], group["replicas"]) == (
+        gpu_group, min_workers, max_workers, min_workers)
+    assert group["rayStartParams"]["num-gpus"] == "8"
+    assert group["template"]["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": product}
+    resources = group["template"]["spec"]["containers"][0]["resources"]
+    assert resources["limits"]["nvidia.com/gpu"] == resources["requests"]["nvidia.com/gpu"] == 8
+
+
+def test_render_check_detects_a_stale_manifest(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(REPO)
+    assert render(["kuberay", "--check"]) == 0
+    stale = tmp_path / "rayservice.yaml"
+    stale.write_text((KUBERAY / "rayservice.yaml").read_text().replace("maxReplicas: 4", "maxReplicas: 5"))
+    assert render(["kuberay", "--check", "--out", str(stale)]) == 1
+    assert "stale" in capsys.readouterr().err
+
+
+def test_render_patch_and_options(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(REPO)
+    assert render(["kuberay", "--patch"]) == 0
+    patch = json.loads(capsys.readouterr().out)
+    assert patch == {"spec": {"serveConfigV2": PROD.read_text(encoding="utf-8")}}
+    out = tmp_path / "custom.yaml"
+    assert render(["kuberay", "--out", str(out), "--image", "registry.example/ray-dspine:1", "--name", "canary",
+                   "--gpus-per-worker", "4"]) == 0  # fmt: skip
+    manifest = load(out)
+    assert manifest["metadata"]["name"] == "canary"
+    assert {c["image"] for c in containers(manifest)} == {"registry.example/ray-dspine:1"}
+    # 28 GPUs at most over 4-GPU pods -> 7 pods
+    assert manifest["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["maxReplicas"] == 7
+
+
+def test_render_serve_config_switches_the_drafter_off(tmp_path, monkeypatch):
+    monkeypatch.chdir(REPO)
+    out = tmp_path / "drafter-off.yaml"
+    assert render(["serve-config", "--drafter-off", "dspine-agent", "--drafter-off", "dflash2", "--out", str(out)]) == 0
+    document = load(out)
+    overrides = {entry["name"]: entry for entry in document["applications"][0]["deployments"]}
+    assert overrides["pool-dspine-agent"]["user_config"] == {"drafter_enabled": False}
+    assert overrides["pool-dflash2"]["user_config"] == {"drafter_enabled": False}
+    assert "user_config" not in overrides["pool-dspine-reasoning"]
+    assert overrides["pool-dspine-agent"]["autoscaling_config"] == load(PROD)["applications"][0]["deployments"][1][
+        "autoscaling_config"]  # everything else is kept
+    ServeDeploySchema.model_validate(document)
+    assert check_config(out).errors == []
+    assert render(["serve-config", "--drafter-off", "nope", "--out", str(out)]) == 1
+
+
+def test_render_refuses_mixed_gpu_models(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(REPO)
+    document = load(PROD)
+    document["applications"][0]["args"]["pools"][2]["engine"]["capacity"]["gpu"] = "H100"
+    config = write(tmp_path, document, "prod-mixed.yaml")
+    assert render(["kuberay", "--config", str(config), "--template", str(KUBERAY / "template.yaml"),
+                   "--out", str(tmp_path / "x.yaml")]) == 1  # fmt: skip
+    assert "one GPU model, found ['H100', 'H200']" in capsys.readouterr().err
+
+
+def test_render_is_a_ray_dspine_command():
+    args = build_parser().parse_args(["render", "kuberay", "--check"])
+    assert args.func is render_cli.kuberay_main
+
+
+def test_drafter_off_patch_for_kubectl(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(REPO)
+    off = tmp_path / "prod-drafter-off.yaml"
+    assert render(["serve-config", "--drafter-off", "dspine-agent", "--out", str(off)]) == 0
+    capsys.readouterr()
+    assert render(["kuberay", "--config", str(off), "--patch"]) == 0  # needs no template next to the file
+    serve_config = yaml.safe_load(json.loads(capsys.readouterr().out)["spec"]["serveConfigV2"])
+    overrides = {entry["name"]: entry for entry in serve_config["applications"][0]["deployments"]}
+    assert overrides["pool-dspine-agent"]["user_config"] == {"drafter_enabled": False}
