@@ -33,6 +33,13 @@ NOTE = (
 )
 
 
+class _PlainDumper(yaml.SafeDumper):
+    """Writes repeated values out in full (no &id anchors), so the file reads top to bottom."""
+
+    def ignore_aliases(self, data) -> bool:
+        return True
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("autoscaling", help="tune the cost-per-completed-request policy on the simulator")
     add_pool_arguments(parser)
@@ -110,6 +117,6 @@ def run(args: argparse.Namespace) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with args.out.open("w", encoding="utf-8") as f:
         f.write(f"# Tuned autoscaling for pool {pool.name}. {NOTE}\n# Produced by: {document['command']}\n")
-        yaml.safe_dump(document, f, sort_keys=False, width=120)
+        yaml.dump(document, f, Dumper=_PlainDumper, sort_keys=False, width=120)
     print(f"wrote {args.out}", file=sys.stderr)
     return 0

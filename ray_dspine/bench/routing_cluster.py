@@ -19,6 +19,10 @@ import httpx
 from ..config import AppConfig
 
 APP_NAME = "routing-bench"
+# The ingress holds one slot per streaming request for its whole life; Serve's default of 5 would cap
+# the whole app at 5 requests in flight, so the bench raises it (clusters/*.yaml do the same under
+# `deployments:`).
+INGRESS_MAX_ONGOING_REQUESTS = 4096
 REPLICA_PREFIX = "SERVE_REPLICA::"
 SERVE_NAMESPACE = "serve"
 
@@ -59,7 +63,11 @@ def deploy(config: AppConfig, endpoint: str, *, timeout_s: float = 180.0) -> Non
 
     from ..serve.app import build_app
 
-    serve.run(build_app(config), name=APP_NAME, route_prefix="/", blocking=False)
+    from ray.serve import Application
+
+    app = build_app(config)
+    ingress = app._bound_deployment.options(max_ongoing_requests=INGRESS_MAX_ONGOING_REQUESTS)
+    serve.run(Application(ingress), name=APP_NAME, route_prefix="/", blocking=False)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:

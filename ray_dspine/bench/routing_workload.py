@@ -6,15 +6,21 @@ Slice rule (trace seconds a, session s, settings below):
     arrival(q) = (a(q) - window_start_s) * arrival_scale                      (simulated seconds)
     wall(q)    = arrival(q) * engine_time_scale                               (wall seconds after the start)
 A session's turn is still sent only after its previous turn ended (the replay's open-loop rule).
-Sampling whole sessions keeps the trace's prefix sharing inside each conversation while thinning the
-rate; `arrival_scale` then sets the offered load in simulated seconds (arrival_scale < 1 compresses
-the think time between turns by the same factor). Traces without timestamps (tau-bench) start
-sessions at `session_rate_per_s` (per simulated second) and are windowed the same way.
+Sampling whole sessions keeps the prefix sharing inside each conversation while thinning the rate;
+`arrival_scale` then sets the offered load in simulated seconds (< 1 compresses the think time between
+turns by the same factor). Traces without timestamps (tau-bench) start sessions at
+`session_rate_per_s` per trace second and are windowed the same way.
+
+TTFT floor (what no router can beat): with no queueing and an ideal prefix cache holding every block
+any earlier request of the slice sent, request i (P_i prompt tokens as the ingress estimates them,
+B = 512-token blocks, h_i = leading blocks of its prompt seen before, capped at floor((P_i - 1) / B))
+needs its own prefill step: floor_i = base_ms + per_token_ms * (P_i - h_i * B) (step_model.py).
 
 App rule: one pool `bench` of `num_replicas` simulated replicas sized by the capacity plan of
-`capacity` (the DSpine pool of clusters/sim.yaml by default), every reasoning level routed to it, and
-`RouterConfig(policy=p)` for the router p under test; nothing else differs between routers.
-Complexity: O(n log n) for n trace requests.
+`capacity` (the DSpine pool of clusters/sim.yaml), every reasoning level routed to it,
+max_ongoing_requests = the plan's running-request limit, and `RouterConfig(policy=p)` for the router
+p under test; nothing else differs between routers.
+Complexity: O(n log n) for n trace requests; the floor O(total prompt characters).
 """
 
 from __future__ import annotations
@@ -23,17 +29,25 @@ import zlib
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..capacity.config import CapacityConfig, DraftConfig
 from ..config import AppConfig, DeploymentOptions, PoolConfig, ServerConfig
 from ..engines.simulated.config import SimulatedEngineConfig
+from ..engines.simulated.profile import load_profile
+from ..engines.simulated.step_model import prefill_step_ms
+from ..pools import plan_pool
 from ..routing.config import PolicyName, RouterConfig, TrafficConfig, TrafficRule
+from ..routing.fingerprint import conversation_text, prefix_hashes
+from .client import ClientSettings, build_body
 from .traces.loader import load_trace
 from .traces.model import Trace, TraceRequest
 
 BENCH_POOL = "bench"
 BENCH_MODEL = "qwen3.8-27b"
+PREFIX_BLOCK_CHARS = 2048  # the ingress's block: 512 tokens at 4 characters per token
+CHARS_PER_TOKEN = 4
 DEFAULT_ROUTERS: tuple[PolicyName, ...] = ("pow2", "cache_aware", "headroom")
 ROUTER_LABELS: dict[str, str] = {
     "pow2": "Ray default (PowerOfTwoChoices)",
@@ -44,11 +58,12 @@ ROUTER_LABELS: dict[str, str] = {
 
 
 def dspine_h200_capacity() -> CapacityConfig:
-    """The capacity section of the `dspine` pool in clusters/sim.yaml (H200, DSpine drafter)."""
+    """The capacity section of the `dspine` pool in clusters/sim.yaml (H200, DSpine, ReplaySSM)."""
     return CapacityConfig(
         gpu="H200",
         mem_fraction_static=0.85,
         target_profile="qwen3.8-27b",
+        mamba_strategy="replay_ssm",
         context_length_tokens=131_072,
         draft=DraftConfig(
             name="DSpine",
@@ -73,7 +88,7 @@ class RoutingBenchSettings(BaseModel):
     window_s: float = Field(default=1200.0, gt=0.0, description="Length of the slice, trace seconds.")
     session_fraction: float = Field(default=0.1, gt=0.0, le=1.0, description="Share of sessions kept.")
     arrival_scale: float = Field(
-        default=0.13, gt=0.0, le=100.0, description="Simulated seconds per trace second (< 1: more load)."
+        default=0.1, gt=0.0, le=100.0, description="Simulated seconds per trace second (< 1: more load)."
     )
     session_rate_per_s: float | None = Field(
         default=None, gt=0.0, description="Session starts per trace second for traces without timestamps."
@@ -81,9 +96,10 @@ class RoutingBenchSettings(BaseModel):
     engine_time_scale: float = Field(
         default=0.5, gt=0.0, le=10.0, description="Wall seconds per simulated GPU second (the engines' time_scale)."
     )
-    max_tokens_cap: int | None = Field(default=None, ge=1, description="Upper bound on each request's max_tokens.")
+    max_tokens_cap: int | None = Field(
+        default=128, ge=1, description="Upper bound on each request's max_tokens (None keeps the trace's)."
+    )
     max_prompt_tokens: int | None = Field(default=None, ge=1, description="Clamp on prompt length, tokens.")
-    max_ongoing_requests: int = Field(default=32, ge=1, description="Requests Ray sends one replica at once.")
     routing_stats_period_s: float = Field(default=0.5, gt=0.0, description="Replica load reports, wall seconds.")
     stale_after_s: float = Field(default=2.0, gt=0.0, description="headroom: reports older than this are discounted.")
     replica_num_cpus: float = Field(default=0.1, ge=0.0, description="CPUs reserved per replica.")
@@ -94,6 +110,19 @@ class RoutingBenchSettings(BaseModel):
     seed: int = Field(default=0, ge=0, description="Session sampling, arrival spreading and engine draws.")
     request_timeout_s: float = Field(default=300.0, gt=0.0, description="Per-request deadline, wall seconds.")
     ray_num_cpus: int = Field(default=2, ge=1, description="CPUs the local Ray cluster declares.")
+
+
+# Per-trace defaults the CLI starts from (explicit options override them).
+TRACE_PRESETS: dict[str, dict] = {
+    "mooncake": {},
+    "tau-bench": {
+        "session_rate_per_s": 2.0,
+        "window_s": 100.0,
+        "session_fraction": 0.5,
+        "arrival_scale": 1.0,
+        "max_tokens_cap": None,
+    },
+}
 
 
 def session_kept(session_id: str, seed: int, fraction: float) -> bool:
@@ -123,6 +152,44 @@ def load_slice(settings: RoutingBenchSettings) -> tuple[Trace, list[TraceRequest
     return trace, slice_requests(trace, settings)
 
 
+def ttft_floor_sim_s(requests: list[TraceRequest], settings: RoutingBenchSettings) -> list[float]:
+    """The floor rule, per request in arrival order (simulated seconds)."""
+    profile = load_profile(settings.profile)
+    client = ClientSettings(endpoint="http://unused", model=BENCH_MODEL)
+    block_tokens = PREFIX_BLOCK_CHARS // CHARS_PER_TOKEN
+    seen: set[str] = set()
+    floors: list[float] = []
+    for request in sorted(requests, key=lambda r: r.arrival_s):
+        body = build_body(request, client)
+        text = conversation_text(body["messages"]) if "messages" in body else str(body["prompt"])
+        hashes = prefix_hashes(text, PREFIX_BLOCK_CHARS)
+        prompt_tokens = len(text) // CHARS_PER_TOKEN + 1  # the ingress estimate
+        num_hit = 0
+        for block_hash in hashes:
+            if block_hash not in seen:
+                break
+            num_hit += 1
+        num_hit = min(num_hit, (prompt_tokens - 1) // block_tokens)
+        floors.append(prefill_step_ms(profile, prompt_tokens - num_hit * block_tokens) / 1000.0)
+        seen.update(hashes)
+    return floors
+
+
+def describe_slice(requests: list[TraceRequest], settings: RoutingBenchSettings) -> dict:
+    """Size of the slice and its TTFT floor, for the JSON."""
+    floors = np.asarray(ttft_floor_sim_s(requests, settings) or [0.0])
+    span = max((r.arrival_s for r in requests), default=0.0)
+    return {
+        "num_requests": len(requests),
+        "num_sessions": len({r.session_id for r in requests}),
+        "arrival_span_sim_s": span,
+        "offered_rate_per_sim_s": len(requests) / span if span > 0 else None,
+        "mean_prompt_tokens": float(np.mean([r.prompt_tokens for r in requests])) if requests else 0.0,
+        "ttft_floor_p50_sim_s": float(np.percentile(floors, 50)),
+        "ttft_floor_p99_sim_s": float(np.percentile(floors, 99)),
+    }
+
+
 def bench_app_config(settings: RoutingBenchSettings, policy: PolicyName) -> AppConfig:
     """The app for one router: identical for every policy except `router.policy`."""
     engine = SimulatedEngineConfig(
@@ -138,9 +205,12 @@ def bench_app_config(settings: RoutingBenchSettings, policy: PolicyName) -> AppC
         stale_after_s=settings.stale_after_s,
         assumed_stats_age_s=settings.routing_stats_period_s,
     )
+    probe = PoolConfig(name=BENCH_POOL, engine=engine)
+    plan = plan_pool(probe)
+    max_ongoing = plan.max_running_requests if plan is not None else 64
     deployment = DeploymentOptions(
         num_replicas=settings.num_replicas,
-        max_ongoing_requests=settings.max_ongoing_requests,
+        max_ongoing_requests=max_ongoing,
         max_queued_requests=-1,
         num_cpus=settings.replica_num_cpus,
         routing_stats_period_s=settings.routing_stats_period_s,
@@ -151,9 +221,5 @@ def bench_app_config(settings: RoutingBenchSettings, policy: PolicyName) -> AppC
         default_reasoning_level="medium",
         rules=[TrafficRule(reasoning_levels=["none", "low", "medium", "high", "xhigh"], pool=BENCH_POOL)],
     )
-    server = ServerConfig(
-        served_model_name=BENCH_MODEL,
-        api_key_env=None,
-        request_timeout_s=settings.request_timeout_s,
-    )
+    server = ServerConfig(served_model_name=BENCH_MODEL, api_key_env=None, request_timeout_s=settings.request_timeout_s)
     return AppConfig(server=server, pools=[pool], traffic=traffic)

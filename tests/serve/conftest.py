@@ -74,3 +74,14 @@ def serve_url():
     yield url
     serve.shutdown()
     ray.shutdown()
+
+
+@pytest.fixture
+def pool_load(serve_url):
+    """pool_load(name) -> the pool replica's load snapshot (dict), through a deployment handle."""
+    from ray import serve
+
+    def load(pool: str) -> dict:
+        return serve.get_deployment_handle(f"pool-{pool}", app_name=APP_NAME).load.remote().result()
+
+    return load

@@ -108,19 +108,10 @@ def test_bad_input_gets_openai_error(serve_url, name, body, status, param):
     assert ok.status_code == 200
 
 
-def test_api_key_enforced_when_set(serve_url, monkeypatch):
-    # The ingress reads the key from its own environment; this test checks the refusal path by
-    # sending a body to a server without a key, then confirms a bearer is ignored when unset.
+def test_no_api_key_configured_accepts_any_bearer(serve_url):
+    # DSPINE_TEST_API_KEY is unset in the ingress: requests need no key (the refusal path is a unit test).
     r = chat(serve_url, {"model": MODEL, "messages": user("hi"), "max_tokens": 1}, {"authorization": "Bearer anything"})
     assert r.status_code == 200
-
-
-def _load(pool):
-    from ray import serve
-
-    from .conftest import APP_NAME
-
-    return serve.get_deployment_handle(f"pool-{pool}", app_name=APP_NAME).load.remote().result()
 
 
 def test_overload_gets_429_with_retry_after(serve_url):
@@ -142,7 +133,7 @@ def test_overload_gets_429_with_retry_after(serve_url):
     assert any(r.status_code == 200 for r in results)
 
 
-def test_client_disconnect_frees_slot_and_kv(serve_url):
+def test_client_disconnect_frees_slot_and_kv(serve_url, pool_load):
     import time
 
     body = {"model": MODEL, "messages": user("Write a long story about a knight."), "max_tokens": 400, "stream": True}
@@ -150,11 +141,11 @@ def test_client_disconnect_frees_slot_and_kv(serve_url):
         lines = r.iter_lines()
         received = [next(lines) for _ in range(3)]
         assert any(line.startswith("data: ") for line in received)
-        busy = _load("spec")
+        busy = pool_load("spec")
     assert busy["num_running"] == 1
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
-        idle = _load("spec")
+        idle = pool_load("spec")
         if idle["num_running"] == 0:
             break
         time.sleep(0.5)

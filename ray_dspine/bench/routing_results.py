@@ -1,0 +1,196 @@
+"""Figures of one router's replay, and how the routers compare.
+
+Rules (ok = a request that finished without error; every replica of the pool is counted):
+  latency      TTFT p50/p99 and end-to-end p99 over ok requests, wall seconds as the client measured
+               them (percentile rule of stats.py); `_sim_s` = wall / engine_time_scale.
+  throughput   output_tokens_per_s = sum of ok output tokens / (last end - first send), wall seconds.
+  prefix hits  prefix_hit_rate = sum_r prefix-hit tokens / sum_r (prefix-hit + prefilled tokens), from
+               the replicas' engine counters; prefix_hit_rate_usage = sum cached_prompt_tokens /
+               sum prompt_tokens from the answers' usage (a cross-check; equal when every request ended).
+  memory       num_waited_for_memory / num_waited_for_state_slots: requests that waited at the head of
+               a replica's queue for KV tokens / state slots; num_retractions: running requests pushed
+               back for memory; num_evicted_cache_blocks: unreferenced prefix-cache blocks dropped
+               (never a running request's); peak KV / state utilization per replica.
+  goals        ttft_p99 reduction of r against b = 1 - ttft_p99(r) / ttft_p99(b); "ours" is headroom:
+               >= 0.30 against pow2, >= 0.15 against cache_aware, prefix_hit_rate >= cache_aware's,
+               and num_retractions == 0. A goal whose routers were not run is left out.
+Complexity: O(n log n) for n records.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from .records import RequestRecord
+
+OURS = "headroom"
+
+
+class ReplicaFigures(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    replica: str
+    num_requests: int = Field(description="Requests the engine finished.")
+    prefix_hit_rate: float | None = None
+    peak_kv_utilization: float
+    peak_state_utilization: float
+
+
+class RouterFigures(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    router: str
+    label: str
+    num_requests: int
+    num_ok: int
+    errors: dict[str, int] = Field(default_factory=dict, description="Failed requests by kind.")
+    wall_s: float = Field(description="First send to last end, wall seconds.")
+    ttft_p50_s: float | None
+    ttft_p99_s: float | None
+    e2e_p99_s: float | None
+    ttft_p50_sim_s: float | None
+    ttft_p99_sim_s: float | None
+    e2e_p99_sim_s: float | None
+    output_tokens_per_s: float
+    output_tokens_per_sim_s: float
+    prefix_hit_rate: float | None
+    prefix_hit_rate_usage: float | None
+    num_waited_for_memory: int
+    num_waited_for_state_slots: int
+    num_retractions: int
+    num_evicted_cache_blocks: int
+    replicas: list[ReplicaFigures]
+
+
+class Goal(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    target: str
+    value: float | None
+    met: bool
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    return float(np.percentile(np.asarray(values, dtype=float), q)) if values else None
+
+
+def _scaled(value: float | None, factor: float) -> float | None:
+    return None if value is None else value * factor
+
+
+def _hit_rate(hit: int, prefilled: int) -> float | None:
+    total = hit + prefilled
+    return hit / total if total > 0 else None
+
+
+def router_figures(
+    router: str, label: str, records: list[RequestRecord], counters: list[dict], engine_time_scale: float
+) -> RouterFigures:
+    ok = [r for r in records if r.ok]
+    ttft = [r.ttft_s for r in ok if r.ttft_s is not None]
+    e2e = [r.e2e_s for r in ok if r.e2e_s is not None]
+    starts = [r.start_unix_s for r in records]
+    ends = [r.end_unix_s for r in records]
+    wall_s = max(ends) - min(starts) if records else 0.0
+    output_tokens = sum(r.output_tokens for r in ok)
+    prompt_tokens = sum(r.prompt_tokens for r in ok)
+    cached_tokens = sum(r.cached_prompt_tokens or 0 for r in ok)
+    errors = Counter(f"http_{r.http_status}" if r.error_kind == "http_error" else str(r.error_kind) for r in records if not r.ok)
+    replicas = []
+    totals: Counter[str] = Counter()
+    for entry in counters:
+        c = entry["counters"]
+        for key in ("num_prefix_hit_tokens", "num_prefill_tokens", "num_waited_for_memory",
+                    "num_waited_for_state_slots", "num_retractions", "num_evicted_blocks"):  # fmt: skip
+            totals[key] += int(c.get(key, 0))
+        replicas.append(
+            ReplicaFigures(
+                replica=entry["replica"],
+                num_requests=int(c.get("num_finished", 0)),
+                prefix_hit_rate=_hit_rate(int(c.get("num_prefix_hit_tokens", 0)), int(c.get("num_prefill_tokens", 0))),
+                peak_kv_utilization=float(c.get("peak_kv_utilization", 0.0)),
+                peak_state_utilization=float(c.get("peak_state_utilization", 0.0)),
+            )
+        )
+    to_sim = 1.0 / engine_time_scale
+    ttft_p50, ttft_p99, e2e_p99 = _percentile(ttft, 50), _percentile(ttft, 99), _percentile(e2e, 99)
+    rate = output_tokens / wall_s if wall_s > 0 else 0.0
+    return RouterFigures(
+        router=router,
+        label=label,
+        num_requests=len(records),
+        num_ok=len(ok),
+        errors=dict(errors),
+        wall_s=wall_s,
+        ttft_p50_s=ttft_p50,
+        ttft_p99_s=ttft_p99,
+        e2e_p99_s=e2e_p99,
+        ttft_p50_sim_s=_scaled(ttft_p50, to_sim),
+        ttft_p99_sim_s=_scaled(ttft_p99, to_sim),
+        e2e_p99_sim_s=_scaled(e2e_p99, to_sim),
+        output_tokens_per_s=rate,
+        output_tokens_per_sim_s=rate * engine_time_scale,
+        prefix_hit_rate=_hit_rate(totals["num_prefix_hit_tokens"], totals["num_prefill_tokens"]),
+        prefix_hit_rate_usage=cached_tokens / prompt_tokens if prompt_tokens > 0 else None,
+        num_waited_for_memory=totals["num_waited_for_memory"],
+        num_waited_for_state_slots=totals["num_waited_for_state_slots"],
+        num_retractions=totals["num_retractions"],
+        num_evicted_cache_blocks=totals["num_evicted_blocks"],
+        replicas=replicas,
+    )
+
+
+def reduction(ours: float | None, base: float | None) -> float | None:
+    """1 - ours / base; None when either is missing or base is 0."""
+    if ours is None or base is None or base == 0:
+        return None
+    return 1.0 - ours / base
+
+
+def goals(figures: dict[str, RouterFigures]) -> list[Goal]:
+    ours = figures.get(OURS)
+    if ours is None:
+        return []
+    out: list[Goal] = []
+    for base, target in (("pow2", 0.30), ("cache_aware", 0.15)):
+        if base in figures:
+            value = reduction(ours.ttft_p99_s, figures[base].ttft_p99_s)
+            out.append(
+                Goal(
+                    name=f"ttft_p99_reduction_vs_{base}",
+                    target=f">= {target:.2f}",
+                    value=value,
+                    met=value is not None and value >= target,
+                )
+            )
+    if "cache_aware" in figures:
+        mine, theirs = ours.prefix_hit_rate, figures["cache_aware"].prefix_hit_rate
+        value = None if mine is None or theirs is None else mine - theirs
+        out.append(Goal(name="prefix_hit_rate_minus_cache_aware", target=">= 0", value=value, met=value is not None and value >= 0))
+    out.append(Goal(name="retractions", target="== 0", value=float(ours.num_retractions), met=ours.num_retractions == 0))
+    return out
+
+
+def _fmt(value: float | None, pattern: str = "{:.2f}") -> str:
+    return "-" if value is None else pattern.format(value)
+
+
+def format_table(figures: dict[str, RouterFigures], checks: list[Goal]) -> str:
+    header = f"{'router':<12} {'ok':>5} {'TTFT p50':>9} {'TTFT p99':>9} {'E2E p99':>8} {'out tok/s':>9} {'hit':>6} " \
+             f"{'wait mem':>8} {'retract':>7}  peak KV / state per replica"  # fmt: skip
+    lines = [header]
+    for name, f in figures.items():
+        peaks = " ".join(f"{r.peak_kv_utilization:.2f}/{r.peak_state_utilization:.2f}" for r in f.replicas)
+        lines.append(
+            f"{name:<12} {f.num_ok:>5} {_fmt(f.ttft_p50_s):>9} {_fmt(f.ttft_p99_s):>9} {_fmt(f.e2e_p99_s):>8} "
+            f"{f.output_tokens_per_s:>9.0f} {_fmt(f.prefix_hit_rate, '{:.3f}'):>6} {f.num_waited_for_memory:>8} "
+            f"{f.num_retractions:>7}  {peaks}"
+        )
+    lines.append("(latencies in wall seconds; simulated GPU seconds = wall / engine_time_scale)")
+    for goal in checks:
+        lines.append(f"goal {goal.name}: {_fmt(goal.value, '{:.3f}')} (target {goal.target}) {'met' if goal.met else 'NOT met'}")
+    return "\n".join(lines)
