@@ -80,6 +80,7 @@ class _Finished:
     cached_prompt_tokens: int
     output_tokens: int
     verify_steps: int
+    itl_ms: float | None
 
 
 class ReplicaWindowStats:
@@ -116,6 +117,7 @@ class ReplicaWindowStats:
                 cached_prompt_tokens=usage.cached_prompt_tokens,
                 output_tokens=usage.completion_tokens,
                 verify_steps=usage.verify_steps,
+                itl_ms=1000.0 * max(0.0, decode_s) / (usage.completion_tokens - 1) if usage.completion_tokens >= 2 else None,
             )
         )
         if len(self._finished) > self._config.max_window_requests:
@@ -137,21 +139,32 @@ class ReplicaWindowStats:
         now = self._now()
         self._samples.append((now, load.num_running > 0))
         window = self._trim(now)
-        slo = self._config.slo
-        done = list(self._finished)
-        n = len(done)
-        ttfts = sorted(r.ttft_s for r in done)
-        itls = sorted(1000.0 * r.decode_s / (r.output_tokens - 1) for r in done if r.output_tokens >= 2)
-        prompts = sorted(float(r.prompt_tokens) for r in done)
-        output_tokens = sum(r.output_tokens for r in done)
-        verify_steps = sum(r.verify_steps for r in done)
+        ttft_target, itl_target = self._config.slo.ttft_p95_s, self._config.slo.itl_p95_ms
+        ttfts: list[float] = []
+        itls: list[float] = []
+        prompts: list[float] = []
+        output_tokens = verify_steps = uncached = 0
+        in_system_s = 0.0
         ttft_miss = itl_miss = any_miss = 0
-        for r in done:
-            late = r.ttft_s > slo.ttft_p95_s
-            slow = r.output_tokens >= 2 and 1000.0 * r.decode_s / (r.output_tokens - 1) > slo.itl_p95_ms
+        for r in self._finished:  # one pass over the window's requests
+            ttfts.append(r.ttft_s)
+            prompts.append(float(r.prompt_tokens))
+            output_tokens += r.output_tokens
+            verify_steps += r.verify_steps
+            uncached += r.prompt_tokens - r.cached_prompt_tokens
+            in_system_s += r.ttft_s + r.decode_s
+            late = r.ttft_s > ttft_target
+            slow = False
+            if r.itl_ms is not None:
+                itls.append(r.itl_ms)
+                slow = r.itl_ms > itl_target
             ttft_miss += late
             itl_miss += slow
             any_miss += late or slow
+        ttfts.sort()
+        itls.sort()
+        prompts.sort()
+        n = len(ttfts)
         samples = len(self._samples)
         return {
             "window_s": window,
@@ -161,7 +174,7 @@ class ReplicaWindowStats:
             "output_tokens_per_s": output_tokens / window,
             "prompt_tokens_mean": sum(prompts) / n if n else 0.0,
             "prompt_tokens_p95": percentile(prompts, 0.95),
-            "uncached_prompt_tokens_mean": sum(r.prompt_tokens - r.cached_prompt_tokens for r in done) / n if n else 0.0,
+            "uncached_prompt_tokens_mean": uncached / n if n else 0.0,
             "output_tokens_mean": output_tokens / n if n else 0.0,
             "ttft_p50_s": percentile(ttfts, 0.50),
             "ttft_p95_s": percentile(ttfts, 0.95),
@@ -180,5 +193,5 @@ class ReplicaWindowStats:
                 1.0 - load.free_state_slots / load.total_state_slots if load.total_state_slots else 0.0
             ),
             "busy_fraction": sum(1 for _, busy in self._samples if busy) / samples if samples else 0.0,
-            "concurrency_mean": sum(r.ttft_s + r.decode_s for r in done) / window,
+            "concurrency_mean": in_system_s / window,
         }

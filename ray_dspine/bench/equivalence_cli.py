@@ -202,6 +202,15 @@ def render_sampled(report: SampledReport) -> str:
     return "\n".join(lines)
 
 
+def _served_model(endpoint: str) -> str | None:
+    """The first model the endpoint lists, or None when it does not answer."""
+    try:
+        data = httpx.get(endpoint.rstrip("/") + "/v1/models", timeout=10).json().get("data") or []
+    except (httpx.HTTPError, ValueError):
+        return None
+    return data[0].get("id") if data else None
+
+
 def _run_command(args: argparse.Namespace) -> int:
     prompts = load_prompts(args.prompts, args.num_prompts)
     side_a = Side(label=args.pool_a or "A", base_url=args.endpoint, pool=args.pool_a)
@@ -209,7 +218,12 @@ def _run_command(args: argparse.Namespace) -> int:
                   base_url=args.endpoint_b or args.endpoint, pool=args.pool_b)
     if side_a.label == side_b.label:
         side_a, side_b = side_a.model_copy(update={"label": "A"}), side_b.model_copy(update={"label": "B"})
-    settings = RequestSettings(max_tokens=args.max_tokens, temperature=args.temperature, model=args.model,
+    model = args.model or _served_model(args.endpoint)
+    if model is None:
+        print(f"ray-dspine bench equivalence: cannot reach {args.endpoint}/v1/models; is the server up? "
+              "(or pass --model)", file=sys.stderr)
+        return 3
+    settings = RequestSettings(max_tokens=args.max_tokens, temperature=args.temperature, model=model,
                                timeout_s=args.timeout_s, concurrency=args.concurrency)
     if args.temperature == 0:
         report = asyncio.run(run_greedy(prompts, side_a, side_b, settings))
@@ -255,7 +269,7 @@ def register_equivalence(subparsers: argparse._SubParsersAction) -> argparse.Arg
     parser.add_argument("--alpha", type=float, default=0.01, help="test level: p >= alpha -> no evidence")
     parser.add_argument("--concurrency", type=int, default=4, help="requests in flight (default %(default)s)")
     parser.add_argument("--timeout-s", type=float, default=120.0, help="per-request timeout in seconds")
-    parser.add_argument("--model", default=None, help="`model` field to send (omitted by default)")
+    parser.add_argument("--model", default=None, help="`model` field to send (default: the first of /v1/models)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--out", default=None, help="also write the JSON report to this file")
     parser.set_defaults(func=_run_command)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
 import time
@@ -188,6 +189,7 @@ def run_bench(settings: RoutingBenchSettings) -> tuple[dict, dict[str, RouterFig
     checks = goals(figures)
     return {
         "simulated": True,
+        "command_line": list(sys.argv),
         "note": "every latency and throughput comes from the simulated engine (a calibrated twin, no GPU)",
         "settings": {**settings.model_dump(mode="json"), "rationale": RATIONALE},
         "slice": slice_info,
@@ -200,7 +202,9 @@ def run_bench(settings: RoutingBenchSettings) -> tuple[dict, dict[str, RouterFig
 
 def routing_main(args) -> int:
     settings = settings_from_args(args)
-    result, figures, checks = run_bench(settings)
+    # Ray prints its own notices (e.g. "(raylet) ...") on stdout; keep stdout for the result alone.
+    with contextlib.redirect_stdout(sys.stderr):
+        result, figures, checks = run_bench(settings)
     text = json.dumps(result, indent=2)
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:

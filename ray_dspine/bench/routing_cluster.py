@@ -60,12 +60,12 @@ def stop_cluster() -> None:
 def deploy(config: AppConfig, endpoint: str, *, timeout_s: float = 180.0) -> None:
     """Run the app and wait until its /health answers and every replica has reported its load."""
     from ray import serve
+    from ray.serve import Application
 
     from ..serve.app import build_app
 
-    from ray.serve import Application
-
     app = build_app(config)
+    # Until the Ingress deployment sets its own max_ongoing_requests, raise it on the built app.
     ingress = app._bound_deployment.options(max_ongoing_requests=INGRESS_MAX_ONGOING_REQUESTS)
     serve.run(Application(ingress), name=APP_NAME, route_prefix="/", blocking=False)
     deadline = time.monotonic() + timeout_s
@@ -91,7 +91,7 @@ def deploy(config: AppConfig, endpoint: str, *, timeout_s: float = 180.0) -> Non
 def undeploy() -> None:
     from ray import serve
 
-    serve.delete(APP_NAME, _blocking=True)
+    serve.delete(APP_NAME)
 
 
 def replica_actor_names(pool_name: str) -> list[str]:
@@ -103,7 +103,7 @@ def replica_actor_names(pool_name: str) -> list[str]:
 
 
 def _engine_counters(actor) -> dict:
-    """Runs inside a replica actor: the engine's counters and the replica id."""
+    """Runs inside a replica actor (Ray 2.60's ReplicaActor -> our EngineReplica): engine counters and replica id."""
     replica = actor._replica_impl._user_callable_wrapper.user_callable
     described = replica.engine.describe()
     return {"replica": replica.replica_id, "counters": described.get("counters") or {}}

@@ -6,6 +6,7 @@ named `pool-<name>` carrying its router; the `Ingress` deployment holds a handle
 
 
 from fastapi import Request
+from fastapi.responses import JSONResponse
 from ray import serve
 from ray.serve import Application
 
@@ -42,7 +43,8 @@ class Ingress:
 
     @fastapi_app.get("/health")
     async def health(self):
-        return {"status": "ok", "pools": sorted(self.core.handles)}
+        status, body = await self.core.health()
+        return JSONResponse(body, status_code=status)
 
 
 def pool_deployment(pool: PoolConfig):

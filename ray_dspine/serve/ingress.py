@@ -9,6 +9,7 @@ is awaited before the response starts, so a refusal from the engine still become
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -32,6 +33,7 @@ log = logging.getLogger("ray_dspine.ingress")
 
 CHARS_PER_TOKEN_ESTIMATE = 4  # the usual English/code average of BPE tokenizers
 PREFIX_BLOCK_CHARS = 2048  # 512 tokens at that rate: the engines' prefix-cache block
+HEALTH_TIMEOUT_S = 2.0
 
 
 class IngressCore:
@@ -190,6 +192,18 @@ class IngressCore:
             "object": "list",
             "data": [{"id": self.server.served_model_name, "object": "model", "created": self.started_at, "owned_by": "ray-dspine"}],
         }
+
+    async def health(self) -> tuple[int, dict]:
+        """200 once every pool has a replica answering; 503 while any is still starting."""
+        pools = {}
+        for name, handle in self.handles.items():
+            try:
+                load = await asyncio.wait_for(handle.load.remote(), timeout=HEALTH_TIMEOUT_S)
+                pools[name] = "ok" if load.get("healthy") else "unhealthy"
+            except Exception:  # no replica yet, or it is still loading its model
+                pools[name] = "starting"
+        ready = all(state == "ok" for state in pools.values())
+        return (200 if ready else 503), {"status": "ok" if ready else "starting", "pools": pools}
 
     async def describe_engines(self) -> dict:
         described = {}

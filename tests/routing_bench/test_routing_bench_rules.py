@@ -1,0 +1,155 @@
+"""The rules of `bench routing` that need no cluster: slice, floor, app, figures and goals."""
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from ray_dspine.bench.records import RequestRecord
+from ray_dspine.bench.routing_bench import register, settings_from_args, subtract
+from ray_dspine.bench.routing_results import goals, reduction, router_figures
+from ray_dspine.bench.routing_workload import (
+    RoutingBenchSettings,
+    bench_app_config,
+    session_kept,
+    slice_requests,
+    ttft_floor_sim_s,
+)
+from ray_dspine.bench.traces.model import Trace, TraceMessage, TraceRequest
+from ray_dspine.serve.router_options import request_router_config
+
+
+def trace_request(request_id: str, session: str, arrival_s: float, text: str = "hi", turn: int = 0) -> TraceRequest:
+    return TraceRequest(
+        request_id=request_id, session_id=session, turn_index=turn, arrival_s=arrival_s, workload_class="chat",
+        messages=[TraceMessage(role="user", content=text)], prompt_tokens=len(text) // 4,
+        recorded_prompt_tokens=len(text) // 4, max_tokens=16, source="test",
+    )  # fmt: skip
+
+
+def trace(requests: list[TraceRequest]) -> Trace:
+    return Trace(
+        name="test", path=Path("test.jsonl"), sha256="0" * 64, format="openai-log", seed=0, tool_calls="native",
+        num_clamped=0, requests=requests,
+    )  # fmt: skip
+
+
+def test_rule_slice_window_and_arrival_scale():
+    # window [10, 30) trace seconds keeps the requests at 15 and 25; arrival_scale 0.5 maps them to
+    # (15 - 10) * 0.5 = 2.5 and (25 - 10) * 0.5 = 7.5 simulated seconds.
+    requests = [trace_request(f"r{i}", f"s{i}", a) for i, a in enumerate([5.0, 15.0, 25.0, 35.0])]
+    settings = RoutingBenchSettings(window_start_s=10.0, window_s=20.0, session_fraction=1.0, arrival_scale=0.5)
+    kept = slice_requests(trace(requests), settings)
+    assert [(r.request_id, r.arrival_s) for r in kept] == [("r1", 2.5), ("r2", 7.5)]
+
+
+def test_rule_slice_samples_whole_sessions():
+    # crc32("0:s1") / 2**32 = 0.677, "0:s2" 0.204, "0:s3" 0.263, "0:s4" 0.864; with seed 1: "1:s1" 0.085,
+    # "1:s4" 0.397 (both below 0.5), "1:s2" 0.550, "1:s3" 0.984.
+    assert [session_kept(s, 0, 0.5) for s in ("s1", "s2", "s3", "s4")] == [False, True, True, False]
+    assert [session_kept(s, 1, 0.5) for s in ("s1", "s2", "s3", "s4")] == [True, False, False, True]
+    requests = [trace_request(f"r{i}", s, float(i), turn=t) for i, (s, t) in enumerate([("s2", 0), ("s1", 0), ("s2", 1)])]
+    kept = slice_requests(trace(requests), RoutingBenchSettings(window_s=100.0, session_fraction=0.5, arrival_scale=1.0))
+    assert [r.request_id for r in kept] == ["r0", "r2"]  # both turns of s2, nothing of s1
+
+
+def test_rule_ttft_floor_counts_only_uncached_prompt_tokens():
+    # The ingress hashes "user\x1e" + text + "\x1e\x1e\n" (8 extra characters) in 2,048-character blocks and
+    # estimates tokens as characters // 4 + 1. First: 4,096 + 8 characters -> 1,027 tokens, nothing cached:
+    # 26.47 ms + 0.1 ms * 1,027 = 129.17 ms. Second: the same 4,096 characters + 2,048 more -> 6,152
+    # characters -> 1,539 tokens; its first 2 blocks were seen: 26.47 + 0.1 * (1,539 - 2 * 512) = 77.97 ms.
+    first = "a" * 4096
+    second = first + "b" * 2048
+    requests = [trace_request("r0", "s0", 0.0, first), trace_request("r1", "s1", 1.0, second)]
+    floors = ttft_floor_sim_s(requests, RoutingBenchSettings())
+    assert floors == pytest.approx([0.12917, 0.07797])
+
+
+def test_rule_app_differs_only_in_router_policy():
+    settings = RoutingBenchSettings(num_replicas=3)
+    apps = {policy: bench_app_config(settings, policy) for policy in ("pow2", "cache_aware", "headroom")}
+    dumps = []
+    for app in apps.values():
+        dump = app.model_dump()
+        dump["pools"][0]["deployment"]["router"]["policy"] = "same"
+        dumps.append(dump)
+    assert dumps[0] == dumps[1] == dumps[2]
+    deployment = apps["headroom"].pools[0].deployment
+    # The DSpine/ReplaySSM H200 plan runs 72 requests at once; Ray sends each replica at most that many.
+    assert deployment.num_replicas == 3 and deployment.max_ongoing_requests == 72
+    assert request_router_config(apps["pow2"].pools[0].deployment) is None  # Ray's PowerOfTwoChoices
+
+
+def record(i: int, ttft: float | None, e2e: float, out: int, cached: int | None, error: str | None = None) -> RequestRecord:
+    return RequestRecord(
+        request_id=f"r{i}", trace_request_id=f"r{i}", session_id="s", turn_index=0, workload_class="chat",
+        repetition=0, api="chat", http_status=503 if error else 200, prompt_tokens=100, trace_prompt_tokens=100,
+        max_tokens=32, output_tokens=out, cached_prompt_tokens=cached, ttft_s=ttft, e2e_s=e2e,
+        error_kind="http_error" if error else None, error=error, start_offset_s=float(i), start_unix_s=1000.0 + i,
+        end_unix_s=1000.0 + i + e2e,
+    )  # fmt: skip
+
+
+def counters(replica: str, hit: int, prefilled: int, waited: int, peak_kv: float) -> dict:
+    return {
+        "replica": replica,
+        "counters": {
+            "num_finished": 1, "num_prefix_hit_tokens": hit, "num_prefill_tokens": prefilled,
+            "num_waited_for_memory": waited, "num_waited_for_state_slots": 0, "num_retractions": 0,
+            "num_evicted_blocks": 2, "peak_kv_utilization": peak_kv, "peak_state_utilization": 0.5,
+        },
+    }  # fmt: skip
+
+
+def test_rule_router_figures():
+    records = [record(0, 0.1, 1.0, 10, 50), record(1, 0.2, 2.0, 20, 0), record(2, 0.3, 3.0, 30, 0),
+               record(3, None, 0.5, 0, None, error="busy")]  # fmt: skip
+    f = router_figures("headroom", "ours", records, [counters("a", 512, 1536, 1, 0.4), counters("b", 0, 512, 0, 0.6)], 0.5)
+    # Percentiles of 3 values (linear rule): p50 = 0.2; p99: h = 2 * 0.99 = 1.98 -> 0.2 + 0.98 * 0.1 = 0.298.
+    assert f.ttft_p50_s == pytest.approx(0.2) and f.ttft_p99_s == pytest.approx(0.298)
+    assert f.e2e_p99_s == pytest.approx(2.98)  # 2 + 0.98 * 1
+    assert f.ttft_p99_sim_s == pytest.approx(0.596)  # wall / time_scale 0.5
+    # Wall: first send 1000.0, last end 1002.0 + 3.0 = 1005.0 -> 5 s; 60 ok output tokens -> 12 tok/s.
+    assert f.wall_s == pytest.approx(5.0) and f.output_tokens_per_s == pytest.approx(12.0)
+    assert f.output_tokens_per_sim_s == pytest.approx(6.0)
+    # Hits from the engines: 512 / (512 + 1536 + 0 + 512) = 0.2; from usage: 50 / 300.
+    assert f.prefix_hit_rate == pytest.approx(0.2) and f.prefix_hit_rate_usage == pytest.approx(50 / 300)
+    assert (f.num_ok, f.errors, f.num_waited_for_memory, f.num_evicted_cache_blocks) == (3, {"http_503": 1}, 1, 4)
+    assert [r.peak_kv_utilization for r in f.replicas] == [0.4, 0.6]
+
+
+def test_rule_goals():
+    base = router_figures("x", "x", [record(0, 0.1, 1.0, 1, 0)], [counters("a", 1, 3, 0, 0.1)], 1.0)
+
+    def with_(p99: float, hit: float):
+        return base.model_copy(update={"ttft_p99_s": p99, "prefix_hit_rate": hit})
+
+    figures = {"pow2": with_(1.0, 0.1), "cache_aware": with_(0.7, 0.25), "headroom": with_(0.6, 0.3)}
+    checks = {g.name: g for g in goals(figures)}
+    # 1 - 0.6 / 1.0 = 0.4 >= 0.30; 1 - 0.6 / 0.7 = 0.1429 < 0.15; hits 0.3 - 0.25 = 0.05 >= 0; 0 retractions.
+    assert checks["ttft_p99_reduction_vs_pow2"].value == pytest.approx(0.4) and checks["ttft_p99_reduction_vs_pow2"].met
+    assert checks["ttft_p99_reduction_vs_cache_aware"].value == pytest.approx(1 / 7)
+    assert not checks["ttft_p99_reduction_vs_cache_aware"].met
+    assert checks["prefix_hit_rate_minus_cache_aware"].value == pytest.approx(0.05)
+    assert checks["retractions"].met
+    assert reduction(None, 1.0) is None and reduction(1.0, 0.0) is None
+    assert goals({"pow2": figures["pow2"]}) == []  # no ours, no goals
+
+
+def test_probe_counts_are_taken_off_but_peaks_kept():
+    before = [counters("a", 0, 2, 0, 0.01)]
+    after = [counters("a", 512, 1538, 1, 0.5)]
+    (entry,) = subtract(after, before)
+    assert entry["counters"]["num_prefill_tokens"] == 1536 and entry["counters"]["num_finished"] == 0
+    assert entry["counters"]["peak_kv_utilization"] == 0.5
+
+
+def test_cli_presets_and_overrides():
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    args = parser.parse_args(["routing", "--trace", "tau-bench", "--replicas", "3", "--max-tokens-cap", "0"])
+    settings = settings_from_args(args)
+    assert settings.num_replicas == 3 and settings.max_tokens_cap is None
+    assert settings.session_rate_per_s == 2.0  # the tau-bench preset
+    defaults = settings_from_args(parser.parse_args(["routing", "--routers", "pow2,headroom"]))
+    assert defaults.routers == ["pow2", "headroom"] and defaults.max_tokens_cap == 128

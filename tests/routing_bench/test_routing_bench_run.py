@@ -1,0 +1,47 @@
+"""A tiny `ray-dspine bench routing` run: real Ray Serve, 3 simulated replicas, every router, JSON out.
+
+Runs the CLI in its own process (it starts and stops its own local Ray cluster). Skipped when the
+Mooncake trace is not next to the repository.
+"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from ray_dspine.bench.routing_results import Goal, RouterFigures
+from ray_dspine.bench.traces.loader import NAMED_TRACES, default_traces_dir
+
+pytestmark = pytest.mark.serve
+
+ROUTERS = ["pow2", "cache_aware", "headroom"]
+
+
+def test_tiny_routing_bench_reports_every_field_for_every_router():
+    if not (default_traces_dir() / NAMED_TRACES["mooncake"]).is_file():
+        pytest.skip("the Mooncake trace is not present")
+    # First 60 trace seconds, 5 % of the sessions, 3 replicas: a dozen requests per router.
+    command = [
+        sys.executable, "-m", "ray_dspine.cli", "bench", "routing", "--trace", "mooncake", "--replicas", "3",
+        "--window-s", "60", "--session-fraction", "0.05", "--json",
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout)  # --json: stdout holds the JSON document only
+    assert result["simulated"] is True
+    assert result["settings"]["num_replicas"] == 3 and result["settings"]["rationale"]
+    assert result["slice"]["num_requests"] > 0
+    assert list(result["routers"]) == ROUTERS
+    for name, figures in result["routers"].items():
+        assert set(figures) == set(RouterFigures.model_fields), name
+        assert figures["num_ok"] == figures["num_requests"] == result["slice"]["num_requests"], figures["errors"]
+        assert len(figures["replicas"]) == 3
+        for key in ("ttft_p50_s", "ttft_p99_s", "e2e_p99_s", "prefix_hit_rate"):
+            assert figures[key] is not None, (name, key)
+    assert result["routers"]["headroom"]["num_retractions"] == 0
+    names = {Goal.model_validate(g).name for g in result["goals"]}
+    assert names == {"ttft_p99_reduction_vs_pow2", "ttft_p99_reduction_vs_cache_aware",
+                     "prefix_hit_rate_minus_cache_aware", "retractions"}  # fmt: skip
+    progress = [line for line in done.stderr.splitlines() if line.startswith("[")]
+    assert len(progress) == 3  # one progress line per router
