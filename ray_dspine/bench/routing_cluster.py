@@ -41,7 +41,10 @@ def start_cluster(num_cpus: int) -> str:
 
     for name in ("ray", "ray.serve"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+    # address="local": always a new cluster, even when `ray start` left one for this user to join.
+    ray.init(
+        address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING
+    )
     port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     return f"http://127.0.0.1:{port}"

@@ -115,11 +115,14 @@ class RoutingBenchSettings(BaseModel):
 # Per-trace defaults the CLI starts from (explicit options override them).
 TRACE_PRESETS: dict[str, dict] = {
     "mooncake": {},
+    # tau-bench airline: ~12 back-to-back turns per session over a shared ~1,500-token policy prompt;
+    # 50 sessions start within 50 simulated seconds; outputs (~65 tokens) are the trace's own.
     "tau-bench": {
         "session_rate_per_s": 2.0,
         "window_s": 100.0,
-        "session_fraction": 0.5,
-        "arrival_scale": 1.0,
+        "session_fraction": 0.25,
+        "arrival_scale": 0.5,
+        "engine_time_scale": 1.0,
         "max_tokens_cap": None,
     },
 }

@@ -95,7 +95,7 @@ def serve_instance():
     previous = os.environ.get("RAY_AUTH_MODE")
     os.environ["RAY_AUTH_MODE"] = "disabled"
     pythonpath = os.pathsep.join([str(REPO_ROOT), str(Path(__file__).parent)])
-    ray.init(num_cpus=2, include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": pythonpath}})
+    ray.init(address="local", num_cpus=2, include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": pythonpath}})
     serve.start(http_options={"location": "NoServer"})
     try:
         yield

@@ -48,7 +48,7 @@ def app_config() -> AppConfig:
     )
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def serve_url():
     os.environ["RAY_AUTH_MODE"] = "disabled"
     import ray
@@ -57,7 +57,7 @@ def serve_url():
     from ray_dspine.serve.app import build_app
 
     port = free_port()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # never join another cluster
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     serve.run(build_app(app_config()), name=APP_NAME, route_prefix="/", blocking=False)
     url = f"http://127.0.0.1:{port}"

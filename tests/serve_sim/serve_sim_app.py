@@ -42,7 +42,7 @@ def main() -> None:
 
     from ray_dspine.serve.app import build_app
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # never join another cluster
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # after ray.init, which installs its own handler
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": http_port})
