@@ -218,11 +218,7 @@ def _run_command(args: argparse.Namespace) -> int:
                   base_url=args.endpoint_b or args.endpoint, pool=args.pool_b)
     if side_a.label == side_b.label:
         side_a, side_b = side_a.model_copy(update={"label": "A"}), side_b.model_copy(update={"label": "B"})
-    model = args.model or _served_model(args.endpoint)
-    if model is None:
-        print(f"ray-dspine bench equivalence: cannot reach {args.endpoint}/v1/models; is the server up? "
-              "(or pass --model)", file=sys.stderr)
-        return 3
+    model = args.model or _served_model(args.endpoint)  # None: send no `model`, as some servers allow
     settings = RequestSettings(max_tokens=args.max_tokens, temperature=args.temperature, model=model,
                                timeout_s=args.timeout_s, concurrency=args.concurrency)
     if args.temperature == 0:

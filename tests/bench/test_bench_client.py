@@ -42,7 +42,7 @@ def test_build_body_chat_completions_and_cap():
                            prompt_tokens=10, recorded_prompt_tokens=10, max_tokens=50, source="t")
     body = build_body(request, settings)
     assert body["max_tokens"] == 5 and body["stream"] is True
-    assert body["stream_options"] == {"include_usage": True}
+    assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
     assert body["messages"][0]["role"] == "user" and len(body["messages"][0]["content"]) == 40
     body = build_body(request, settings.model_copy(update={"api": "completions"}))
     assert len(body["prompt"]) == 40 and "messages" not in body

@@ -71,7 +71,7 @@ def chat(url, text, *, session, max_tokens=8, pool=None, stream=False):
     if pool:
         headers["x-dspine-pool"] = pool
     body = {"model": MODEL, "messages": [{"role": "user", "content": text}], "max_tokens": max_tokens, "stream": stream}
-    return httpx.post(f"{url}/v1/chat/completions", json=body, headers=headers, timeout=60)
+    return httpx.post(f"{url}/v1/chat/completions", json=body, headers=headers, timeout=20)
 
 
 def long_text(tag: str, num_blocks: int) -> str:
