@@ -12,6 +12,7 @@ from typing import Annotated, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .autoscale.config import SloTargets
 from .engines.embedded.config import EmbeddedEngineConfig
 from .engines.sglang.config import SGLangEngineConfig
 from .engines.simulated.config import SimulatedEngineConfig
@@ -60,6 +61,10 @@ class PoolConfig(BaseModel):
     deployment: DeploymentOptions = Field(default_factory=DeploymentOptions)
     gpu_hour_usd: float = Field(
         default=0.0, ge=0, description="Price of one GPU-hour (for CPU pools: of one replica-hour)."
+    )
+    slo: SloTargets = Field(
+        default_factory=lambda: SloTargets(ttft_p95_s=2.0, itl_p95_ms=100.0),
+        description="Latency targets; replicas count misses for the autoscaler (record_autoscaling_stats).",
     )
 
 

@@ -14,6 +14,8 @@ import time
 from ..config import PoolConfig
 from ..engines.factory import make_engine
 from ..engines.protocol import Chunk, EngineError, GenerateRequest
+from ..autoscale.config import StatsWindowConfig
+from ..autoscale.stats import ReplicaWindowStats
 from .metrics import ReplicaMetrics, replica_usd_per_hour
 
 log = logging.getLogger("ray_dspine.replica")
@@ -30,13 +32,21 @@ class EngineReplica:
             self.replica_id = "local"
         self.engine = make_engine(pool.engine, pool.name)
         self.metrics = ReplicaMetrics(pool.name, replica_usd_per_hour(pool.gpu_hour_usd, pool.deployment.num_gpus))
+        self.window = ReplicaWindowStats(StatsWindowConfig(slo=pool.slo), time.monotonic, time.monotonic())
         await self.engine.start()
 
     async def generate(self, request: GenerateRequest):
         stream = self.engine.generate(request)
         first = True
+        started = time.monotonic()
+        first_token_at = None
+        self.window.record_arrival()
         try:
             async for chunk in stream:
+                if first_token_at is None and chunk.num_tokens:
+                    first_token_at = time.monotonic()
+                if chunk.usage is not None and first_token_at is not None:
+                    self.window.record_finished(first_token_at - started, time.monotonic() - first_token_at, chunk.usage)
                 if first:
                     chunk.replica = self.replica_id
                     chunk.path = "speculative" if self.engine.load().drafter_active else "autoregressive"
@@ -58,6 +68,10 @@ class EngineReplica:
         stats = load.model_dump()
         stats["reported_at_s"] = time.time()
         return stats
+
+    def record_autoscaling_stats(self) -> dict[str, float]:
+        """Windowed throughput, latency-SLO misses, acceptance and memory pressure for the autoscaler."""
+        return self.window.snapshot(self.engine.load())
 
     async def check_health(self) -> None:
         # An engine that supervises a server (sglang) knows when a restart is under way and raises

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 import shlex
+import socket
 import subprocess
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -16,9 +18,17 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "s3-local"
-PORT = "7493"
-MON_PORT = "6793"
-SCRATCH = "/tmp/ray-dspine-s3-artifact-tests"
+def _free_port() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return str(sock.getsockname()[1])
+
+
+# Fresh ports and a fresh scratch folder per run: nothing a stopped or crashed earlier gateway
+# left behind (a monitor of another cluster on the same port) can be mistaken for this one.
+PORT = _free_port()
+MON_PORT = _free_port()
+SCRATCH = tempfile.mkdtemp(prefix="ray-dspine-s3-")
 
 
 def _run(command: str) -> subprocess.CompletedProcess[str]:
