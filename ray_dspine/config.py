@@ -86,6 +86,10 @@ class ServerConfig(BaseModel):
         default=True, description="Honour an `x-dspine-pool` request header that names the pool to use."
     )
     request_timeout_s: float = Field(default=600.0, gt=0, description="Longest a request may take end to end.")
+    max_ongoing_requests: int = Field(
+        default=1024, ge=1, description="Requests one ingress replica streams at once (Ray's default of 5 would cap the app)."
+    )
+    num_ingress_replicas: int = Field(default=1, ge=1, le=64, description="Ingress replicas.")
 
 
 class AppConfig(BaseModel):

@@ -69,4 +69,7 @@ def pool_deployment(pool: PoolConfig):
 def build_app(args: AppConfig) -> Application:
     config = sized(args)
     handles = {pool.name: pool_deployment(pool) for pool in config.pools}
-    return Ingress.bind(config, handles)
+    ingress = Ingress.options(
+        max_ongoing_requests=config.server.max_ongoing_requests, num_replicas=config.server.num_ingress_replicas
+    )
+    return ingress.bind(config, handles)

@@ -12,6 +12,7 @@ _TYPES = {
     422: "invalid_request_error",
     429: "rate_limit_exceeded",
     503: "service_unavailable",
+    504: "timeout",
 }
 
 

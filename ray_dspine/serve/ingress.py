@@ -157,10 +157,14 @@ class IngressCore:
         except ApiError as exc:
             return error_response(exc, retry)
         started = time.monotonic()
+        deadline = started + self.server.request_timeout_s
         handle = self.handles[typed.pool].options(stream=True, session_id=typed.session_id or "")
         stream = handle.generate.remote(typed)
         try:
-            first: Chunk = await stream.__anext__()
+            first: Chunk = await responses.next_chunk(stream, deadline)
+        except TimeoutError:
+            stream.cancel()
+            return error_response(ApiError(504, responses.timeout_message(typed), code="timeout"), retry)
         except Exception as exc:  # backpressure, unavailable replicas, replica crash
             return error_response(responses.handle_error(exc), retry)
         if first.error is not None:
@@ -179,10 +183,10 @@ class IngressCore:
             options = parsed.stream_options
             include_usage = bool(options and options.include_usage)
             continuous = bool(options and options.continuous_usage_stats)
-            events = responses.sse_events(stream, first, typed, model, chat, include_usage, continuous, timer)
+            events = responses.sse_events(stream, first, typed, model, chat, include_usage, continuous, timer, deadline)
             return StreamingResponse(events, media_type="text/event-stream", headers=headers)
         try:
-            payload = await responses.collect(stream, first, typed, model, chat, timer)
+            payload = await responses.collect(stream, first, typed, model, chat, timer, deadline)
         except ApiError as exc:
             return error_response(exc, retry)
         return JSONResponse(payload, headers=headers)

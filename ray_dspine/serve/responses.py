@@ -26,6 +26,18 @@ def handle_error(exc: Exception) -> ApiError:
     return ApiError(500, f"the replica failed: {type(exc).__name__}", code="replica_error")
 
 
+async def next_chunk(stream, deadline: float) -> Chunk:
+    """The stream's next chunk, or TimeoutError once the request's end-to-end deadline passes."""
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise TimeoutError
+    return await asyncio.wait_for(stream.__anext__(), remaining)
+
+
+def timeout_message(request: GenerateRequest) -> str:
+    return f"request {request.request_id} exceeded the server's request_timeout_s and was stopped"
+
+
 def usage_dict(usage: Usage | None) -> dict | None:
     if usage is None:
         return None
@@ -52,7 +64,7 @@ def _openai_finish(reason: str | None) -> str | None:
 
 async def sse_events(
     stream, first: Chunk, request: GenerateRequest, model: str, chat: bool, include_usage: bool, continuous: bool,
-    timer: RequestTimer,
+    timer: RequestTimer, deadline: float,
 ):
     created = int(time.time())
     base = {"id": request.request_id, "object": _object(chat, True), "created": created, "model": model}
@@ -80,8 +92,13 @@ async def sse_events(
                 timer.finish(chunk.finish_reason, chunk.usage)
                 finished = True
                 break
-            chunk = await stream.__anext__()
+            chunk = await next_chunk(stream, deadline)
         yield "data: [DONE]\n\n"
+    except TimeoutError:
+        stream.cancel()
+        timer.finish("error", None)
+        finished = True
+        yield f"data: {json.dumps(error_body(504, timeout_message(request)))}\n\n"
     except StopAsyncIteration:
         timer.finish("error", None)
         finished = True
@@ -92,7 +109,9 @@ async def sse_events(
             timer.finish("abort", None)
 
 
-async def collect(stream, first: Chunk, request: GenerateRequest, model: str, chat: bool, timer: RequestTimer) -> dict:
+async def collect(
+    stream, first: Chunk, request: GenerateRequest, model: str, chat: bool, timer: RequestTimer, deadline: float
+) -> dict:
     parts: list[str] = []
     chunk = first
     try:
@@ -104,7 +123,11 @@ async def collect(stream, first: Chunk, request: GenerateRequest, model: str, ch
             parts.append(chunk.text)
             if chunk.finish_reason is not None:
                 break
-            chunk = await stream.__anext__()
+            chunk = await next_chunk(stream, deadline)
+    except TimeoutError as exc:
+        stream.cancel()
+        timer.finish("error", None)
+        raise ApiError(504, timeout_message(request), code="timeout") from exc
     except asyncio.CancelledError:
         stream.cancel()
         timer.finish("abort", None)

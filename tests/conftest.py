@@ -1,0 +1,85 @@
+"""Fixtures shared across suites: one local S3-compatible gateway (Ceph RADOS Gateway) per test session.
+
+One gateway serves every suite that needs S3: two Ceph clusters on one machine interfere (an OSD of
+one can answer the other's monitor with "wrong fsid"). Set `DSPINE_SKIP_S3=1` to skip those tests;
+otherwise a gateway that fails to start fails them.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import socket
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "scripts" / "s3-local"
+
+
+def _free_port() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return str(sock.getsockname()[1])
+
+
+# Fresh ports and a fresh scratch folder per run: nothing a crashed earlier gateway left behind
+# can be mistaken for this one.
+PORT = _free_port()
+MON_PORT = _free_port()
+SCRATCH = tempfile.mkdtemp(prefix="ray-dspine-s3-")
+
+
+def _run(command: str) -> subprocess.CompletedProcess[str]:
+    args = [str(SCRIPT), command, "--port", PORT, "--mon-port", MON_PORT, "--dir", SCRATCH]
+    return subprocess.run(args, capture_output=True, text=True, timeout=600, check=False)
+
+
+@pytest.fixture(scope="session")
+def s3_env():
+    """Start the gateway, export its AWS_* variables for the session, stop it at the end."""
+    if os.environ.get("DSPINE_SKIP_S3") == "1":
+        pytest.skip("DSPINE_SKIP_S3=1: local S3 gateway tests skipped on request")
+    started = _run("start")
+    if started.returncode != 0:
+        _run("stop")
+        pytest.fail(f"scripts/s3-local start failed (rc {started.returncode}):\n{started.stderr[-4000:]}")
+    exports = _run("env").stdout
+    values = dict(part.split("=", 1) for line in exports.splitlines() for part in shlex.split(line)[1:])
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in values.items():
+            patch.setenv(name, value)
+        yield values
+    _run("stop")
+
+
+# Small hand-written traces for the simulator and autoscaling suites (the real ones stay in
+# ../shared/data/traces and are never copied).
+AZURE_CSV = """TIMESTAMP,ContextTokens,GeneratedTokens
+2023-11-16 18:00:00.0000000,1000,20
+2023-11-16 18:00:05.0000000,2000,5
+2023-11-16 18:00:10.5000000,600,40
+2023-11-16 18:00:20.0000000,1500,1
+"""
+
+MOONCAKE_JSONL = """{"timestamp": 0, "input_length": 1100, "output_length": 30, "hash_ids": [0, 1, 2]}
+{"timestamp": 3000, "input_length": 1600, "output_length": 10, "hash_ids": [0, 1, 3, 4]}
+{"timestamp": 9000, "input_length": 300, "output_length": 50, "hash_ids": [5]}
+"""
+
+
+@pytest.fixture
+def azure_path(tmp_path):
+    path = tmp_path / "tiny_code.csv"
+    path.write_text(AZURE_CSV, encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def mooncake_path(tmp_path):
+    path = tmp_path / "tiny_mooncake.jsonl"
+    path.write_text(MOONCAKE_JSONL, encoding="utf-8")
+    return path
