@@ -83,3 +83,28 @@ def mooncake_path(tmp_path):
     path = tmp_path / "tiny_mooncake.jsonl"
     path.write_text(MOONCAKE_JSONL, encoding="utf-8")
     return path
+
+
+@pytest.fixture(scope="module")
+def serve_instance(request):
+    """A private local Ray cluster (no token auth, loopback) with Serve, for one test module.
+
+    Workers import the package and the test module's own deployment classes through PYTHONPATH.
+    """
+    import ray
+    from ray import serve
+
+    previous = os.environ.get("RAY_AUTH_MODE")
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    pythonpath = os.pathsep.join([str(REPO), str(Path(request.module.__file__).parent)])
+    ray.init(address="local", num_cpus=2, include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": pythonpath}})
+    serve.start(http_options={"location": "NoServer"})
+    try:
+        yield
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+        if previous is None:
+            os.environ.pop("RAY_AUTH_MODE", None)
+        else:
+            os.environ["RAY_AUTH_MODE"] = previous

@@ -80,22 +80,6 @@ def router_config(cls, **kwargs) -> RequestRouterConfig:
     )
 
 
-@pytest.fixture(scope="module")
-def serve_instance():
-    previous = os.environ.get("RAY_AUTH_MODE")
-    os.environ["RAY_AUTH_MODE"] = "disabled"
-    pythonpath = os.pathsep.join([str(REPO_ROOT), str(Path(__file__).parent)])
-    ray.init(address="local", num_cpus=2, include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": pythonpath}})
-    serve.start(http_options={"location": "NoServer"})
-    try:
-        yield
-    finally:
-        serve.shutdown()
-        ray.shutdown()
-        if previous is None:
-            os.environ.pop("RAY_AUTH_MODE", None)
-        else:
-            os.environ["RAY_AUTH_MODE"] = previous
 
 
 def request(request_id: str, prompt_tokens: int, session: str = "s") -> GenerateRequest:
