@@ -23,34 +23,21 @@ from ray_dspine.autoscale.config import SloTargets
 from ray_dspine.engines.simulated.config import SimulatedEngineConfig
 from ray_dspine.sim.config import PoolSimConfig, TrafficConfig
 
+
+def _twin(name: str, drafter: str, slo: SloTargets, trace: str, rate_scale: float) -> tuple[PoolSimConfig, TrafficConfig]:
+    """A production pool's calibrated H200 twin (USD 3.50 per GPU-hour) and the traffic it is tuned on."""
+    engine = SimulatedEngineConfig(profile="h200-qwen3.8-27b", drafter=drafter)
+    pool = PoolSimConfig(name=name, engine=engine, slo=slo, gpu_hour_usd=3.5)
+    return pool, TrafficConfig(trace=trace, rate_scale=rate_scale)
+
+
+AGENT_SLO = SloTargets(ttft_p95_s=2.0, itl_p95_ms=100.0)
+REASONING_SLO = SloTargets(ttft_p95_s=3.0, itl_p95_ms=60.0)
+
 TWIN_POOLS: dict[str, tuple[PoolSimConfig, TrafficConfig]] = {
-    "dspine-agent": (
-        PoolSimConfig(
-            name="dspine-agent",
-            engine=SimulatedEngineConfig(profile="h200-qwen3.8-27b", drafter="dspine"),
-            slo=SloTargets(ttft_p95_s=2.0, itl_p95_ms=100.0),
-            gpu_hour_usd=3.5,
-        ),
-        TrafficConfig(trace="azure-code", rate_scale=2.5),
-    ),
-    "dflash2": (
-        PoolSimConfig(
-            name="dflash2",
-            engine=SimulatedEngineConfig(profile="h200-qwen3.8-27b", drafter="dflash2"),
-            slo=SloTargets(ttft_p95_s=2.0, itl_p95_ms=100.0),
-            gpu_hour_usd=3.5,
-        ),
-        TrafficConfig(trace="azure-code", rate_scale=2.5),
-    ),
-    "dspine-reasoning": (
-        PoolSimConfig(
-            name="dspine-reasoning",
-            engine=SimulatedEngineConfig(profile="h200-qwen3.8-27b", drafter="dspine"),
-            slo=SloTargets(ttft_p95_s=3.0, itl_p95_ms=60.0),
-            gpu_hour_usd=3.5,
-        ),
-        TrafficConfig(trace="azure-conv", rate_scale=1.0),
-    ),
+    "dspine-agent": _twin("dspine-agent", "dspine", AGENT_SLO, "azure-code", 2.5),
+    "dflash2": _twin("dflash2", "dflash2", AGENT_SLO, "azure-code", 2.5),
+    "dspine-reasoning": _twin("dspine-reasoning", "dspine", REASONING_SLO, "azure-conv", 1.0),
 }
 
 
