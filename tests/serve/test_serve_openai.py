@@ -122,7 +122,7 @@ def test_overload_gets_429_with_retry_after(serve_url):
     def send():
         results.append(chat(serve_url, body, {"x-dspine-pool": "ar"}, timeout=300))
 
-    threads = [threading.Thread(target=send) for _ in range(4)]
+    threads = [threading.Thread(target=send) for _ in range(8)]  # 8 at once against 2 slots and no queue
     for t in threads:
         t.start()
     for t in threads:
