@@ -91,6 +91,15 @@ class LoadSnapshot(BaseModel):
     state_slots_per_request: int = Field(default=1, description="Slots one request takes (speculation adds).")
     num_running: int = 0
     num_queued: int = 0
+    queued_kv_tokens: int = Field(
+        default=0, ge=0, description="KV tokens the queued requests will take once admitted (ahead of a newcomer)."
+    )
+    pending_prefill_tokens: int = Field(
+        default=0, ge=0, description="Uncached prompt tokens of queued and not yet prefilled requests."
+    )
+    prefill_tokens_per_s: float = Field(
+        default=0.0, ge=0.0, description="Prefill rate of one replica, tokens/s (0: not known to the engine)."
+    )
     accept_length_ema: float = 1.0
     drafter_active: bool = False
     draft_vram_gb: float = Field(default=0.0, description="VRAM the drafter holds (weights + its KV).")

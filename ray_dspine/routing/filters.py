@@ -6,7 +6,8 @@ Rules, for request q and replica r (loads already reduced by the reservation led
     fresh(r)     = r unreported  or  age(r) <= drop_after_s
     trust(r)     = 1                        if age(r) <= stale_after_s
                  = stale_headroom_fraction  otherwise          (stale reports: believe only part)
-    holds_kv(r)  = trust(r) * free_kv_tokens(r) >= needed_kv_tokens(q)
+    holds_kv(r)  = trust(r) * free_kv_tokens(r) - queued_kv_tokens(r) >= needed_kv_tokens(q)
+                                                  (the replica's queue is admitted first, FCFS)
     holds_state(r) = total_state_slots(r) == 0                 (no Mamba pool on this engine)
                  or trust(r) * free_state_slots(r) >= num_state_slots(q) * state_slots_per_request(r)
     keep(r)      = healthy and fresh and holds_kv and holds_state
@@ -52,9 +53,10 @@ def check_fresh(view: ReplicaView, drop_after_s: float) -> str | None:
 
 def check_capacity(request: RequestView, view: ReplicaView, trust: float) -> str | None:
     load = view.load
-    free_kv = trust * load.free_kv_tokens
+    free_kv = trust * load.free_kv_tokens - load.queued_kv_tokens
     if free_kv < request.needed_kv_tokens:
-        return f"kv: {free_kv:.0f} free < {request.needed_kv_tokens} needed"
+        queued = f" after {load.queued_kv_tokens} queued" if load.queued_kv_tokens else ""
+        return f"kv: {free_kv:.0f} free{queued} < {request.needed_kv_tokens} needed"
     if load.total_state_slots > 0:
         needed_slots = request.num_state_slots * load.state_slots_per_request
         free_slots = trust * load.free_state_slots

@@ -8,8 +8,9 @@
     if kept is empty otherwise:  wait (the request stays queued; it is not placed to be retracted)
     ranking  = picker.rank(kept, sum_s w_s * score_s)        (scorers/*, picker.py), then unreported
 
-`on_placed(q, r)` records r in the prefix index (all of q's blocks), the session table and the
-ledger; `on_completed` releases the ledger entry. Parameters: see `RouterConfig`.
+`on_placed(q, r)` records r in the ledger (with q's uncached prompt tokens on r, predicted_ttft.py),
+the prefix index (all of q's blocks) and the session table; `on_completed` releases the ledger
+entry. Parameters: see `RouterConfig`.
 Complexity per decision: O(R) filters + O(n * R) prefix walk + O(S * R + R log R) scoring and ranking.
 """
 
@@ -25,6 +26,7 @@ from ray_dspine.routing.prefix_index import PrefixIndex
 from ray_dspine.routing.registry import ScorerContext, build_scorers
 from ray_dspine.routing.reservations import ReservationLedger
 from ray_dspine.routing.scorers.base import Scorer
+from ray_dspine.routing.scorers.predicted_ttft import uncached_tokens
 from ray_dspine.routing.session_table import SessionTable
 from ray_dspine.routing.types import Decision, ReplicaView, RequestView
 
@@ -92,9 +94,10 @@ class RoutingPipeline:
         )
 
     def on_placed(self, request: RequestView, replica_id: str) -> None:
+        depth = self.prefix_index.depths(request.prefix_hashes).get(replica_id, 0) if request.prefix_hashes else 0
+        self.ledger.place(request, replica_id, prefill_tokens=uncached_tokens(request, depth))
         self.prefix_index.insert(request.prefix_hashes, replica_id)
         self.sessions.record(request.session_id, replica_id)
-        self.ledger.place(request, replica_id)
 
     def on_completed(self, request_id: str) -> None:
         self.ledger.complete(request_id)
@@ -106,6 +109,11 @@ class RoutingPipeline:
 
     def _weighted_scorers(self) -> list[tuple[Scorer, float]]:
         if self._scorers is None:
-            context = ScorerContext(prefix_index=self.prefix_index, sessions=self.sessions)
+            context = ScorerContext(
+                prefix_index=self.prefix_index,
+                sessions=self.sessions,
+                default_prefill_tokens_per_s=self._config.default_prefill_tokens_per_s,
+                ttft_slack_s=self._config.ttft_slack_s,
+            )
             self._scorers = build_scorers(self._config.weights, context)
         return self._scorers

@@ -17,8 +17,11 @@ No FIFOMixin: Ray then gives the chosen replica to exactly the request it was ch
 Replica loads come from `replica.routing_stats` (the dict `record_routing_stats` returned, a
 `LoadSnapshot` plus an optional `reported_at_s` wall-clock timestamp); the typed request is
 `pending_request.args[0]`; the session id is `pending_request.metadata.session_id`.
-Placements are recorded in `on_request_routed` (Ray calls it once a replica accepts, which is the default
-outside Ray Client) and released in `on_request_completed`. Ray runs at most 2 x replicas (cap 50)
+Placements are recorded as soon as `choose_replicas` picks a replica (tentatively: the request is still
+on its way to the replica, and requests routed meanwhile must see it, or a burst lands on one replica),
+corrected in `on_request_routed` when Ray ended up on another replica (Ray calls it once a replica
+accepts, which is the default outside Ray Client) and released in `on_request_completed`; a tentative
+placement that is never confirmed ages out of the ledger after `drop_after_s`. Ray runs at most 2 x replicas (cap 50)
 routing loops per handle and each waiting request holds one, so a backlog of requests that fit nowhere
 delays the requests queued behind it (first come, first served).
 """
@@ -41,6 +44,8 @@ from ray_dspine.routing.types import UNREPORTED_AGE_S, Decision, ReplicaView, Re
 logger = logging.getLogger("ray.serve")
 
 REPORTED_AT_KEY = "reported_at_s"
+# Unconfirmed placements remembered at most (older ones are forgotten first).
+MAX_TENTATIVE = 10_000
 
 
 def replica_view(replica_id: str, stats: dict[str, Any] | None, now_s: float, assumed_age_s: float) -> ReplicaView:
@@ -74,6 +79,7 @@ class DSpineRequestRouter(RequestRouter):
         self._config = config
         self._policy: RoutingPolicy = build_policy(config, time.monotonic)
         self._request_id_of: dict[str, str] = {}
+        self._tentative: dict[str, str] = {}  # request_id -> replica chosen, not yet confirmed
         self.last_decision: Decision | None = None
 
     async def choose_replicas(
@@ -95,18 +101,26 @@ class DSpineRequestRouter(RequestRouter):
         ]
         decision = self._policy.choose(request, views)
         self.last_decision = decision
-        return [[by_id[rid]] for rid in decision.ranked_replica_ids if rid in by_id]
+        ranked = [rid for rid in decision.ranked_replica_ids if rid in by_id]
+        if ranked and self._tentative.get(request.request_id) != ranked[0]:
+            if len(self._tentative) >= MAX_TENTATIVE:  # requests cancelled before Ray routed them
+                del self._tentative[next(iter(self._tentative))]
+            self._tentative[request.request_id] = ranked[0]
+            self._policy.on_placed(request, ranked[0])
+        return [[by_id[rid]] for rid in ranked]
 
     def on_request_routed(self, pending_request: PendingRequest, replica_id: ReplicaID, result: Any) -> None:
         request = self._request_view(pending_request)
         if request is None:
             return
         self._request_id_of[pending_request.metadata.internal_request_id] = request.request_id
-        self._policy.on_placed(request, replica_id.unique_id)
+        if self._tentative.pop(request.request_id, None) != replica_id.unique_id:
+            self._policy.on_placed(request, replica_id.unique_id)
 
     def on_request_completed(self, replica_id: ReplicaID, internal_request_id: str) -> None:
         request_id = self._request_id_of.pop(internal_request_id, None)
         if request_id is not None:
+            self._tentative.pop(request_id, None)
             self._policy.on_completed(request_id)
 
     def update_replicas(self, replicas: List[RunningReplica]) -> None:

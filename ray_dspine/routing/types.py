@@ -41,6 +41,7 @@ class ReplicaView:
 class RequestView:
     """What placing one request needs.
 
+    `prompt_tokens` = the ingress's prompt estimate (tokens);
     `needed_kv_tokens` = prompt estimate + max_tokens (the most KV it can grow to);
     `num_state_slots` counts sequences needing a Mamba state (1 per request here); the replica's
     `state_slots_per_request` (speculation's extra state included) multiplies it.
@@ -49,6 +50,7 @@ class RequestView:
     request_id: str
     session_id: str | None = None
     prefix_hashes: tuple[str, ...] = ()
+    prompt_tokens: int = 0
     needed_kv_tokens: int = 0
     num_state_slots: int = 1
 
@@ -59,6 +61,7 @@ class RequestView:
             request_id=request.request_id,
             session_id=session_id or request.session_id or None,
             prefix_hashes=tuple(request.prefix_hashes),
+            prompt_tokens=request.estimated_prompt_tokens,
             needed_kv_tokens=request.estimated_prompt_tokens + request.max_tokens,
             num_state_slots=1,
         )

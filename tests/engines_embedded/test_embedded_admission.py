@@ -19,8 +19,10 @@ def test_rule_head_of_queue_blocks_those_behind():
     ctl.enqueue("b", 50)  # does not fit (30 free)
     ctl.enqueue("c", 10)  # would fit, but waits behind b
     assert ctl.admit() == []
+    assert ctl.queued_kv_tokens == 60  # what the queue will take: 50 + 10
     ctl.release("a")
     assert ctl.admit() == ["b", "c"]
+    assert ctl.queued_kv_tokens == 0
 
 
 def test_rule_slots_limit_running_requests():

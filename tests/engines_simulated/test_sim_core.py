@@ -182,6 +182,20 @@ def test_rule_admission_waits_rather_than_over_commits():
     assert counters.peak_kv_utilization == pytest.approx(0.8)  # a alone: 80 / 100; b + c: 50 / 100
 
 
+def test_rule_backlog_reports_queued_and_unprefilled_prompt_tokens():
+    core = make_core(total_kv=100)
+    core.submit(req("a", 40, 40), 0.0)  # admitted; its prefill step runs 0 .. 24 ms (20 + 0.1 * 40)
+    core.submit(req("b", 30, 10), 0.0)  # queued for memory: 30 uncached prompt, 30 + 10 KV
+    core.submit(req("c", 5, 5), 0.0)  # queued behind b: 5 prompt, 10 KV
+    load = core.load()
+    assert (load.pending_prefill_tokens, load.queued_kv_tokens) == (40 + 30 + 5, 40 + 10)
+    assert load.prefill_tokens_per_s == pytest.approx(10_000.0)  # 1000 / 0.1 ms per token
+    core.advance_to(0.018)  # 18 of 24 ms done: a counts for its unfinished quarter, 10 tokens
+    assert core.load().pending_prefill_tokens == 10 + 30 + 5
+    core.advance_to(0.024)  # a prefilled; b and c still wait for memory
+    assert core.load().pending_prefill_tokens == 35 and core.load().queued_kv_tokens == 50
+
+
 def test_rule_state_slots_and_running_cap_gate_admission():
     core = make_core(slots=3, per_request=2)
     core.submit(req("a", 10, 2), 0.0)

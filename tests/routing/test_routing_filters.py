@@ -29,6 +29,13 @@ def test_rule_holds_kv():
     assert kept_ids([view("a", free_kv_tokens=999), view("b", free_kv_tokens=1000)]) == ["b"]
 
 
+def test_rule_holds_kv_after_the_replicas_queue():
+    # 10000 free - 9000 queued = 1000 >= 1000 needed -> in; 9001 queued -> out, with the reason
+    result = filter_replicas(REQ, [view("a", queued_kv_tokens=9001), view("b", queued_kv_tokens=9000)], **PARAMS)
+    assert [v.replica_id for v in result.kept] == ["b"]
+    assert result.rejected["a"] == "kv: 999 free after 9001 queued < 1000 needed"
+
+
 def test_rule_holds_state_with_speculation_slots():
     # speculation: 3 slots per request; 2 free < 1 * 3 -> out; 3 free -> in
     replicas = [

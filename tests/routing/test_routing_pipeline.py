@@ -32,14 +32,24 @@ def test_rule_scored_ranking_default_weights():
     p = pipeline()
     earlier = RequestView("q0", session_id="s", prefix_hashes=("h0", "h1"), needed_kv_tokens=0)
     p.on_placed(earlier, "a")
-    request = RequestView("q1", session_id="s", prefix_hashes=("h0", "h1"), needed_kv_tokens=1000)
-    replicas = [view("a", free_kv_tokens=6000, num_running=1), view("b", free_kv_tokens=9000)]
+    request = RequestView(
+        "q1", session_id="s", prefix_hashes=("h0", "h1"), prompt_tokens=2000, needed_kv_tokens=1000
+    )
+    rate = {"prefill_tokens_per_s": 10_000.0}
+    replicas = [
+        view("a", free_kv_tokens=6000, num_running=1, **rate),
+        view("b", free_kv_tokens=9000, pending_prefill_tokens=8000, **rate),
+    ]
     decision = p.choose(request, replicas)
-    # a: affinity 1*1 + prefix 2*(2/2) + kv 1*(6000-1000)/10000 + mamba 0.5*1 (no pool) + queue 1*1/(1+1) = 4.5
-    # b: 0 + 0 + 1*(9000-1000)/10000 + 0.5*1 + 1*1/(1+0) = 2.3
+    # predicted TTFT: a holds both blocks, no backlog -> 0 s; b: (8000 + 2000) / 10000 = 1 s
+    #   scores (0 + 0.5) / (0 + 0.5) = 1 and (0 + 0.5) / (1 + 0.5) = 1/3
+    # a: affinity 2*1 + prefix 4*(2/2) + kv 0.25*(6000-1000)/10000 + mamba 0.1*1 (no pool)
+    #    + queue 0.25*1/(1+1) + predicted 4*1 = 2 + 4 + 0.125 + 0.1 + 0.125 + 4 = 10.35
+    # b: 0 + 0 + 0.25*(9000-1000)/10000 + 0.1 + 0.25*1/(1+0) + 4/3 = 1.88333
     assert decision.ranked_replica_ids == ("a", "b") and not decision.wait
-    assert decision.total_scores == pytest.approx({"a": 4.5, "b": 2.3})
+    assert decision.total_scores == pytest.approx({"a": 10.35, "b": 0.2 + 0.1 + 0.25 + 4 / 3})
     assert decision.scores["prefix_match"] == {"a": 1.0, "b": 0.0}
+    assert decision.scores["predicted_ttft"] == pytest.approx({"a": 1.0, "b": 1 / 3})
 
 
 def test_rule_spill_when_the_sticky_replica_cannot_hold():
@@ -109,11 +119,39 @@ def test_rule_reservation_ledger_adjusts_slots_and_queue_and_forgets_after_horiz
     assert plain.load.free_kv_tokens == 10_000 and ledger.num_live() == 0
 
 
+def test_rule_reported_backlog_drains_while_the_report_ages_and_placements_add_theirs():
+    clock = FakeClock(now=10.0)
+    ledger = ReservationLedger(clock, horizon_s=60.0)
+    ledger.place(RequestView("q1", prompt_tokens=3000), "a", prefill_tokens=1200)  # placed at t=10
+    ledger.place(RequestView("q2", prompt_tokens=500), "a")  # no estimate: the whole prompt
+    clock.now = 10.5
+    report = dict(age=2.0, pending_prefill_tokens=25_000, prefill_tokens_per_s=10_000.0)
+    (a,) = ledger.apply([view("a", **report)])
+    # reported 25000 - 10000 tok/s * 2 s = 5000 left, + 1200 + 500 placed since the report (t=8.5)
+    assert a.load.pending_prefill_tokens == 6700
+    (drained,) = ledger.apply([view("b", **{**report, "age": 3.0})])  # 25000 - 30000 -> 0, not negative
+    assert drained.load.pending_prefill_tokens == 0
+    (unknown_rate,) = ledger.apply([view("b", age=2.0, pending_prefill_tokens=25_000)])  # rate 0: no drain
+    assert unknown_rate.load.pending_prefill_tokens == 25_000
+
+
+def test_rule_placement_records_the_uncached_prompt_on_that_replica():
+    clock = FakeClock(now=10.0)
+    p = pipeline(clock)
+    p.on_placed(RequestView("q0", prefix_hashes=("h0", "h1"), prompt_tokens=1000), "a")
+    # q1 shares q0's two blocks out of four on a: 4000 * (1 - 2/4) = 2000 uncached on a
+    p.on_placed(RequestView("q1", prefix_hashes=("h0", "h1", "h2", "h3"), prompt_tokens=4000), "a")
+    p.on_placed(RequestView("q2", prefix_hashes=("h0", "h1", "h2", "h3"), prompt_tokens=4000), "b")
+    loads = {v.replica_id: v.load for v in p.ledger.apply([view("a", age=1.0), view("b", age=1.0)])}
+    assert loads["a"].pending_prefill_tokens == 1000 + 2000 and loads["b"].pending_prefill_tokens == 4000
+
+
 def test_pipeline_records_each_scorer_latency_and_skips_zero_weights():
     ticks = FakeClock(now=0.0, step=1e-6)  # every timer call advances 1 us
     p = RoutingPipeline(RouterConfig(weights={"prefix_match": 0.0}), FakeClock(), timer=ticks)
     decision = p.choose(RequestView("q"), [view("a")])
-    assert set(decision.scorer_latency_us) == {"session_affinity", "kv_headroom", "mamba_headroom", "queue"}
+    expected = {"session_affinity", "kv_headroom", "mamba_headroom", "queue", "predicted_ttft"}
+    assert set(decision.scorer_latency_us) == expected
     assert all(v == pytest.approx(1.0) for v in decision.scorer_latency_us.values())
 
 

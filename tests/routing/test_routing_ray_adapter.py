@@ -81,3 +81,48 @@ def test_yaml_request_router_config_is_accepted_by_ray():
     config = cfg if isinstance(cfg, RequestRouterConfig) else RequestRouterConfig(**cfg)
     assert config.request_routing_stats_period_s == 1.0
     assert config.request_router_kwargs["weights"] == {"prefix_match": 2.0}
+
+
+class FakeReplica:
+    def __init__(self, rid, **load):
+        self.replica_id = type("Rid", (), {"unique_id": rid})()
+        self.routing_stats = {**LoadSnapshot(total_kv_tokens=10_000, free_kv_tokens=10_000, **load).model_dump()}
+
+
+class FakePending:
+    def __init__(self, request, internal_id):
+        from types import SimpleNamespace
+
+        self.args = [request]
+        self.metadata = SimpleNamespace(session_id="", internal_request_id=internal_id)
+        self.routing_context = SimpleNamespace(should_backoff=False)
+
+
+def generate_request(rid):
+    from ray_dspine.engines.protocol import GenerateRequest
+
+    return GenerateRequest(request_id=rid, prompt="x" * 40, max_tokens=8, estimated_prompt_tokens=2000)
+
+
+def test_rule_a_choice_is_reserved_before_ray_confirms_it():
+    import asyncio
+
+    router = bare(HeadroomRequestRouter)
+    router.initialize_state(weights={"session_affinity": 0.0, "prefix_match": 0.0})
+    replicas = [FakeReplica("a"), FakeReplica("b")]
+    first, second = FakePending(generate_request("q1"), "i1"), FakePending(generate_request("q2"), "i2")
+    chosen_first = asyncio.run(router.choose_replicas(replicas, first))
+    # q1 is not confirmed yet, but q2 must already see it on its replica and go to the other one
+    chosen_second = asyncio.run(router.choose_replicas(replicas, second))
+    ids = [group[0].replica_id.unique_id for group in (chosen_first[0], chosen_second[0])]
+    assert sorted(ids) == ["a", "b"] and first.routing_context.should_backoff
+    assert router._policy.ledger.num_live() == 2
+    # Ray confirms q1 where it was chosen: nothing changes; q2 ends up on q1's replica instead: it moves
+    by_id = {r.replica_id.unique_id: r for r in replicas}
+    router.on_request_routed(first, by_id[ids[0]].replica_id, None)
+    router.on_request_routed(second, by_id[ids[0]].replica_id, None)
+    ledger = router._policy.ledger
+    assert ledger.num_live() == 2 and ledger.replica_of("q1") == ledger.replica_of("q2") == ids[0]
+    router.on_request_completed(by_id[ids[0]].replica_id, "i1")
+    router.on_request_completed(by_id[ids[0]].replica_id, "i2")
+    assert ledger.num_live() == 0 and router._tentative == {}

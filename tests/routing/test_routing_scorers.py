@@ -5,6 +5,7 @@ from ray_dspine.routing.picker import rank, weighted_totals
 from ray_dspine.routing.prefix_index import PrefixIndex
 from ray_dspine.routing.scorers.kv_headroom import KvHeadroomScorer
 from ray_dspine.routing.scorers.mamba_headroom import MambaHeadroomScorer
+from ray_dspine.routing.scorers.predicted_ttft import PredictedTtftScorer, uncached_tokens
 from ray_dspine.routing.scorers.prefix_match import PrefixMatchScorer
 from ray_dspine.routing.scorers.queue import QueueScorer
 from ray_dspine.routing.scorers.session_affinity import SessionAffinityScorer
@@ -79,3 +80,31 @@ def test_rule_picker_tie_break_fewer_requests_then_replica_id():
     totals = {"a": 0.3, "b": 0.1 + 0.2, "c": 0.3}
     # equal totals -> b, c (1 request, by id) before a (3 requests)
     assert rank(replicas, totals) == ["b", "c", "a"]
+
+
+def test_rule_predicted_ttft_backlog_plus_uncached_over_rate():
+    index = PrefixIndex()
+    index.insert(("h0", "h1", "h2", "h3"), "a")  # a holds all 4 blocks of the prompt
+    scorer = PredictedTtftScorer(index, default_prefill_tokens_per_s=5000.0, slack_s=0.5)
+    request = RequestView("q", prefix_hashes=("h0", "h1", "h2", "h3"), prompt_tokens=8000)
+    replicas = [
+        view("a", pending_prefill_tokens=20_000, prefill_tokens_per_s=10_000.0),  # (20000 + 0) / 10000 = 2 s
+        view("b", pending_prefill_tokens=2_000, prefill_tokens_per_s=10_000.0),  # (2000 + 8000) / 10000 = 1 s
+        view("c", pending_prefill_tokens=2_000),  # no rate reported: (2000 + 8000) / 5000 = 2 s
+    ]
+    assert scorer.estimates_s(request, replicas) == pytest.approx([2.0, 1.0, 2.0])
+    # score = (best + slack) / (est + slack) = 1.5 / 2.5 for a and c, 1 for b
+    assert scorer.score(request, replicas) == pytest.approx([0.6, 1.0, 0.6])
+
+
+def test_rule_predicted_ttft_uncached_share_of_prompt():
+    request = RequestView("q", prefix_hashes=("h0", "h1", "h2", "h3"), prompt_tokens=8000)
+    assert [uncached_tokens(request, d) for d in (0, 1, 3, 4, 9)] == [8000, 6000, 2000, 0, 0]
+    assert uncached_tokens(RequestView("q", prompt_tokens=700), 0) == 700  # no blocks: the whole prompt
+
+
+def test_predicted_ttft_refuses_a_zero_rate_or_slack():
+    with pytest.raises(ValueError):
+        PredictedTtftScorer(PrefixIndex(), default_prefill_tokens_per_s=0.0, slack_s=0.5)
+    with pytest.raises(ValueError):
+        PredictedTtftScorer(PrefixIndex(), default_prefill_tokens_per_s=1.0, slack_s=0.0)

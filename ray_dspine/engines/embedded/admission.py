@@ -44,6 +44,10 @@ class AdmissionController:
     def num_queued(self) -> int:
         return len(self._queued)
 
+    @property
+    def queued_kv_tokens(self) -> int:
+        return sum(self._queued.values())
+
     def enqueue(self, request_id: str, kv_tokens: int) -> None:
         if kv_tokens > self.kv_budget_tokens:
             raise ValueError(

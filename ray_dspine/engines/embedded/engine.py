@@ -99,6 +99,7 @@ class EmbeddedEngine:
                 state_slots_per_request=1,
                 num_running=self._admission.num_running,
                 num_queued=self._admission.num_queued,
+                queued_kv_tokens=self._admission.queued_kv_tokens,
                 accept_length_ema=round(self._accept_ema, 4),
                 drafter_active=self._drafter_enabled,
                 engine="embedded",

@@ -17,6 +17,11 @@ Rules (times in simulated seconds; the caller advances time explicitly, the core
              the prefill's first token included, so acceptance length = completion / verify_steps
              is exactly 1.0 autoregressive; accept_histogram[k] counts steps that produced k + 1.
              A step's tokens are capped by the request's remaining max_tokens.
+  backlog:   load() reports pending_prefill_tokens = uncached prompt tokens of queued requests (their
+             prefix hit as the cache stands now) + of admitted, unprefilled ones, the running prefill
+             counted for its unfinished share of the step; prefill_tokens_per_s = 1000 / per_token_ms;
+             queued_kv_tokens = sum over queued requests of (uncached prompt + max_tokens), the KV
+             they will reserve on admission.
   EMA:       after each decode step, ema = (1 - w) * ema + w * (tokens in step / requests in step).
   path:      'autoregressive' if any of the request's steps ran without the drafter, else 'speculative'.
   time:      submit/cancel/advance_to take now_s >= the last time seen; steps ending at or before
@@ -263,6 +268,7 @@ class SimReplicaCore:
     # ---- observation --------------------------------------------------------------------------
     def load(self) -> LoadSnapshot:
         cached = self._cache.cached_tokens
+        queued_prefill, queued_kv = self._queued_tokens()
         return LoadSnapshot(
             healthy=True,
             total_kv_tokens=self.config.total_kv_tokens,
@@ -272,11 +278,41 @@ class SimReplicaCore:
             state_slots_per_request=self.config.state_slots_per_request,
             num_running=len(self._prefilling) + len(self._decoding),
             num_queued=len(self._queue),
+            queued_kv_tokens=queued_kv,
+            pending_prefill_tokens=queued_prefill + self._unprefilled_tokens(),
+            prefill_tokens_per_s=self._prefill_tokens_per_s(),
             accept_length_ema=self._accept_ema,
             drafter_active=self.drafter_active,
             draft_vram_gb=0.0 if self._drafter is None else self._drafter.draft_vram_gb,
             engine="simulated",
         )
+
+    def _prefill_tokens_per_s(self) -> float:
+        per_token_ms = self.profile.prefill.per_token_ms
+        return 1000.0 / per_token_ms if per_token_ms > 0 else 0.0
+
+    def _queued_tokens(self) -> tuple[int, int]:
+        """(uncached prompt tokens, KV tokens to reserve) of the queued requests."""
+        B = self._cache.block_tokens
+        prefill = kv = 0
+        for req in self._queue.values():
+            full_blocks = req.prefix_block_hashes[: req.prompt_tokens // B]
+            num_hit = min(self._cache.match(full_blocks), (req.prompt_tokens - 1) // B)
+            prefill += req.prompt_tokens - num_hit * B
+            kv += req.prompt_tokens - num_hit * B + req.max_tokens
+        return prefill, kv
+
+    def _unprefilled_tokens(self) -> int:
+        total = 0
+        step = self._step
+        for rid, run in self._prefilling.items():
+            tokens = run.request.prompt_tokens - run.cached_tokens
+            running = step is not None and step.kind == "prefill" and step.request_ids[0] == rid
+            if running and step.end_s > step.start_s:
+                left = min(1.0, max(0.0, (step.end_s - self._now_s) / (step.end_s - step.start_s)))
+                tokens = round(tokens * left)
+            total += tokens
+        return total
 
     def counters(self) -> SimCounters:
         snapshot = self._counters.model_copy()
