@@ -11,8 +11,9 @@ length, 1.0 with the drafter off; capacity coefficients b, r, k, p, d, v, D as i
             x = lambda * S / (1000 * (1 - rho)); running requests by Little's law c = x * A / (1 - x * B)
             (stable iff rho < 1 and x * B < 1).
   latency   itl_mean = t_step(c) / (a * (1 - rho)); itl_p95 = itl_tail_factor * itl_mean;
-            ttft_p95 = t_step(c) + t_pf95 * (1 + 1.5 * rho / (1 - rho))   (1.5 ~ ln(20) / 2: an
-            exponential-tail M/G/1 wait for the prefills ahead, the step in flight, the own prefill).
+            ttft_p95 = t_step(c) + t_pf95 * (1 + f * rho / (1 - rho))   (f = ttft_wait_factor, 1.5 ~
+            ln(20) / 2 for an exponential-tail M/G/1 wait for the prefills ahead; then the step in
+            flight and the own prefill; the tuner calibrates f and itl_tail_factor on the twin).
   memory    c <= max_running_requests and c * (Pu + O) <= total_kv_tokens.
   capacity  mu = the largest lambda with, for h = headroom: itl_p95 <= (1 - h) * slo.itl_p95_ms,
             ttft_p95 <= (1 - h) * 1000 * slo.ttft_p95_s, and both memory bounds scaled by (1 - h).
@@ -93,7 +94,7 @@ def predict_replica(cap: ReplicaCapacityModel, w: Workload, rate_per_s: float) -
     running = x * a_ms / (1.0 - x * b_ms)
     step_ms = a_ms + b_ms * running
     itl_mean = step_ms / (accept * (1.0 - rho))
-    ttft = step_ms + t_pf95 * (1.0 + 1.5 * rho / (1.0 - rho))
+    ttft = step_ms + t_pf95 * (1.0 + cap.ttft_wait_factor * rho / (1.0 - rho))
     return ReplicaPrediction(
         rate_per_s=rate_per_s,
         stable=True,

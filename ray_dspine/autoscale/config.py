@@ -48,6 +48,12 @@ class ReplicaCapacityModel(BaseModel):
         le=10.0,
         description="p95 / mean of the per-request mean inter-token latency (acceptance spread, prefill stalls).",
     )
+    ttft_wait_factor: float = Field(
+        default=1.5,
+        ge=0.0,
+        le=10.0,
+        description="p95 TTFT waits this many mean M/G/1 prefill waits (1.5 ~ ln(20) / 2 for an exponential tail).",
+    )
 
 
 class CostAutoscalingConfig(BaseModel):

@@ -2,7 +2,8 @@
 
 Rules:
   space      headroom, scale_down_utilization, downscale_delay_s, upscale_delay_s, lookahead_s and
-             itl_tail_factor take values from SEARCH_SPACE.
+             the capacity model's calibration (itl_tail_factor, ttft_wait_factor) take values from
+             SEARCH_SPACE.
   candidates the config's own values first, then num_candidates - 1 distinct points drawn uniformly
              from the grid with random.Random(seed) (a point already drawn is drawn again).
   objective  feasible when slo_attainment >= min_attainment; feasible candidates rank by
@@ -27,7 +28,10 @@ SEARCH_SPACE: dict[str, tuple[float, ...]] = {
     "upscale_delay_s": (0.0, 30.0),
     "lookahead_s": (0.0, 120.0),
     "itl_tail_factor": (1.2, 1.4, 1.8),
+    "ttft_wait_factor": (0.5, 1.0, 1.5),
 }
+# Keys of SEARCH_SPACE that live in the capacity model rather than on the policy config.
+CAPACITY_KEYS = ("itl_tail_factor", "ttft_wait_factor")
 
 
 @dataclass(frozen=True)
@@ -37,14 +41,14 @@ class Trial:
 
 
 def point_of(config: CostAutoscalingConfig) -> dict[str, float]:
-    point = {k: float(getattr(config, k)) for k in SEARCH_SPACE if k != "itl_tail_factor"}
-    point["itl_tail_factor"] = float(config.capacity.itl_tail_factor)
-    return point
+    return {
+        k: float(getattr(config.capacity, k) if k in CAPACITY_KEYS else getattr(config, k)) for k in SEARCH_SPACE
+    }
 
 
 def apply_point(config: CostAutoscalingConfig, point: dict[str, float]) -> CostAutoscalingConfig:
-    top = {k: v for k, v in point.items() if k != "itl_tail_factor"}
-    capacity = config.capacity.model_copy(update={"itl_tail_factor": point["itl_tail_factor"]})
+    top = {k: v for k, v in point.items() if k not in CAPACITY_KEYS}
+    capacity = config.capacity.model_copy(update={k: v for k, v in point.items() if k in CAPACITY_KEYS})
     return config.model_copy(update={**top, "capacity": capacity})
 
 

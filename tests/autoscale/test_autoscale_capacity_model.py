@@ -31,6 +31,12 @@ def test_rule_step_prefill_decode_latency():
     assert p.kv_tokens == pytest.approx(7.142857 * 1101, rel=1e-6)  # c * (Pu + O)
 
 
+def test_rule_ttft_wait_factor_scales_the_queueing_term():
+    cap = CAP.model_copy(update={"ttft_wait_factor": 0.5})
+    # ttft = 27.142857 + 120 * (1 + 0.5 * 0.24 / 0.76) = 27.142857 + 138.947368 = 166.090226
+    assert predict_replica(cap, AR, 2.0).ttft_p95_ms == pytest.approx(166.090226, rel=1e-6)
+
+
 def test_rule_unstable_when_prefill_saturates():
     assert not predict_replica(CAP, AR, 1000.0 / 120.0).stable  # rho = 1
     assert predict_replica(CAP, AR, 1.0).stable
