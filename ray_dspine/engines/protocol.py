@@ -100,6 +100,9 @@ class LoadSnapshot(BaseModel):
     prefill_tokens_per_s: float = Field(
         default=0.0, ge=0.0, description="Prefill rate of one replica, tokens/s (0: not known to the engine)."
     )
+    decode_step_ms: float = Field(
+        default=0.0, ge=0.0, description="One decode step with one more running request, ms (0: not known)."
+    )
     accept_length_ema: float = 1.0
     drafter_active: bool = False
     draft_vram_gb: float = Field(default=0.0, description="VRAM the drafter holds (weights + its KV).")

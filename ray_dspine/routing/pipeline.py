@@ -113,7 +113,8 @@ class RoutingPipeline:
                 prefix_index=self.prefix_index,
                 sessions=self.sessions,
                 default_prefill_tokens_per_s=self._config.default_prefill_tokens_per_s,
-                ttft_slack_s=self._config.ttft_slack_s,
+                latency_slack_s=self._config.latency_slack_s,
+                typical_output_tokens=self._config.typical_output_tokens,
             )
             self._scorers = build_scorers(self._config.weights, context)
         return self._scorers

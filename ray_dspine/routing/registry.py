@@ -13,6 +13,7 @@ from ray_dspine.routing.prefix_index import PrefixIndex
 from ray_dspine.routing.scorers.base import Scorer
 from ray_dspine.routing.scorers.kv_headroom import KvHeadroomScorer
 from ray_dspine.routing.scorers.mamba_headroom import MambaHeadroomScorer
+from ray_dspine.routing.scorers.predicted_decode import PredictedDecodeScorer
 from ray_dspine.routing.scorers.predicted_ttft import PredictedTtftScorer
 from ray_dspine.routing.scorers.prefix_match import PrefixMatchScorer
 from ray_dspine.routing.scorers.queue import QueueScorer
@@ -27,7 +28,8 @@ class ScorerContext:
     prefix_index: PrefixIndex
     sessions: SessionTable
     default_prefill_tokens_per_s: float = 10_000.0
-    ttft_slack_s: float = 0.5
+    latency_slack_s: float = 0.5
+    typical_output_tokens: int = 256
 
 
 SCORERS: dict[str, Callable[[ScorerContext], Scorer]] = {
@@ -37,8 +39,9 @@ SCORERS: dict[str, Callable[[ScorerContext], Scorer]] = {
     "mamba_headroom": lambda ctx: MambaHeadroomScorer(),
     "queue": lambda ctx: QueueScorer(),
     "predicted_ttft": lambda ctx: PredictedTtftScorer(
-        ctx.prefix_index, ctx.default_prefill_tokens_per_s, ctx.ttft_slack_s
+        ctx.prefix_index, ctx.default_prefill_tokens_per_s, ctx.latency_slack_s
     ),
+    "predicted_decode": lambda ctx: PredictedDecodeScorer(ctx.typical_output_tokens, ctx.latency_slack_s),
 }
 
 

@@ -41,7 +41,7 @@ class ReplicaView:
 class RequestView:
     """What placing one request needs.
 
-    `prompt_tokens` = the ingress's prompt estimate (tokens);
+    `prompt_tokens` = the ingress's prompt estimate (tokens); `max_tokens` = the most it may generate;
     `needed_kv_tokens` = prompt estimate + max_tokens (the most KV it can grow to);
     `num_state_slots` counts sequences needing a Mamba state (1 per request here); the replica's
     `state_slots_per_request` (speculation's extra state included) multiplies it.
@@ -51,6 +51,7 @@ class RequestView:
     session_id: str | None = None
     prefix_hashes: tuple[str, ...] = ()
     prompt_tokens: int = 0
+    max_tokens: int = 0
     needed_kv_tokens: int = 0
     num_state_slots: int = 1
 
@@ -62,6 +63,7 @@ class RequestView:
             session_id=session_id or request.session_id or None,
             prefix_hashes=tuple(request.prefix_hashes),
             prompt_tokens=request.estimated_prompt_tokens,
+            max_tokens=request.max_tokens,
             needed_kv_tokens=request.estimated_prompt_tokens + request.max_tokens,
             num_state_slots=1,
         )

@@ -196,6 +196,18 @@ def test_rule_backlog_reports_queued_and_unprefilled_prompt_tokens():
     assert core.load().pending_prefill_tokens == 35 and core.load().queued_kv_tokens == 50
 
 
+def test_rule_decode_step_estimate_counts_one_more_request_and_prefill_pauses():
+    core = make_core()
+    # idle: one request, no context: 20 + 1 * 1 + 0.001 * 0 = 21 ms, no prefill seen yet
+    assert core.load().decode_step_ms == pytest.approx(21.0)
+    core.submit(req("a", 10, 50), 0.0)
+    core.advance_to(0.021)  # a's prefill (20 + 0.1 * 10 = 21 ms) is the only time seen: share 1 -> cap 0.9
+    # a running with context 11, plus one: 20 + 2 + 0.011 = 22.011 ms, / (1 - 0.9)
+    assert core.load().decode_step_ms == pytest.approx(22.011 / 0.1)
+    core.advance_to(10.0)  # a finished near 1.05 s; ~9 s of decoding and idle since: share ~0.0003
+    assert core.load().decode_step_ms == pytest.approx(21.0, rel=1e-3)
+
+
 def test_rule_state_slots_and_running_cap_gate_admission():
     core = make_core(slots=3, per_request=2)
     core.submit(req("a", 10, 2), 0.0)

@@ -5,6 +5,7 @@ from ray_dspine.routing.picker import rank, weighted_totals
 from ray_dspine.routing.prefix_index import PrefixIndex
 from ray_dspine.routing.scorers.kv_headroom import KvHeadroomScorer
 from ray_dspine.routing.scorers.mamba_headroom import MambaHeadroomScorer
+from ray_dspine.routing.scorers.predicted_decode import PredictedDecodeScorer
 from ray_dspine.routing.scorers.predicted_ttft import PredictedTtftScorer, uncached_tokens
 from ray_dspine.routing.scorers.prefix_match import PrefixMatchScorer
 from ray_dspine.routing.scorers.queue import QueueScorer
@@ -108,3 +109,20 @@ def test_predicted_ttft_refuses_a_zero_rate_or_slack():
         PredictedTtftScorer(PrefixIndex(), default_prefill_tokens_per_s=0.0, slack_s=0.5)
     with pytest.raises(ValueError):
         PredictedTtftScorer(PrefixIndex(), default_prefill_tokens_per_s=1.0, slack_s=0.0)
+
+
+def test_rule_predicted_decode_output_over_pool_acceptance_times_step():
+    scorer = PredictedDecodeScorer(typical_output_tokens=256, slack_s=0.5)
+    replicas = [
+        view("a", decode_step_ms=100.0, accept_length_ema=4.0),  # crowded: 100 ms steps
+        view("b", decode_step_ms=40.0, accept_length_ema=1.0),  # idle: still shows its start EMA
+        view("c"),  # reports no step time: 0 s
+    ]
+    # out = min(400, 256) = 256; a = max EMA = 4 -> 64 steps: a 6.4 s, b 2.56 s, c 0 s
+    request = RequestView("q", max_tokens=400)
+    assert scorer.estimates_s(request, replicas) == pytest.approx([6.4, 2.56, 0.0])
+    assert scorer.score(request, replicas) == pytest.approx([0.5 / 6.9, 0.5 / 3.06, 1.0])
+    # a short answer decodes max_tokens, not the typical count: 8 / 4 * 0.1 s = 0.2 s on a
+    assert scorer.estimates_s(RequestView("q", max_tokens=8), replicas)[0] == pytest.approx(0.2)
+    with pytest.raises(ValueError):
+        PredictedDecodeScorer(typical_output_tokens=0, slack_s=0.5)

@@ -21,7 +21,11 @@ Rules (times in simulated seconds; the caller advances time explicitly, the core
              prefix hit as the cache stands now) + of admitted, unprefilled ones, the running prefill
              counted for its unfinished share of the step; prefill_tokens_per_s = 1000 / per_token_ms;
              queued_kv_tokens = sum over queued requests of (uncached prompt + max_tokens), the KV
-             they will reserve on admission.
+             they will reserve on admission; decode_step_ms = the step model's duration of a decode
+             step (verify step while the drafter is active) over the running and queued requests plus
+             one more, with their current context, stretched by 1 / (1 - s): prefills pause decoding,
+             s = time share of prefill steps, both sums decayed with time constant
+             PREFILL_SHARE_DECAY_S (idle time counts as not prefill), capped at MAX_PREFILL_SHARE.
   EMA:       after each decode step, ema = (1 - w) * ema + w * (tokens in step / requests in step).
   path:      'autoregressive' if any of the request's steps ran without the drafter, else 'speculative'.
   time:      submit/cancel/advance_to take now_s >= the last time seen; steps ending at or before
@@ -33,6 +37,7 @@ Complexity: O(n) per step over n running requests; O(blocks) per admission; O(1)
 
 from __future__ import annotations
 
+import math
 import random
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -52,6 +57,11 @@ from ray_dspine.engines.simulated.prefix_cache import PrefixCache
 from ray_dspine.engines.simulated.profile import SimProfile
 from ray_dspine.engines.simulated.request import RunningRequest, SimCounters, SimEvent, SimEventKind, SimRequest
 from ray_dspine.engines.simulated.step_model import decode_step_ms, prefill_step_ms, verify_step_ms
+
+
+# Time constant (simulated seconds) of the prefill share behind decode_step_ms, and its cap.
+PREFILL_SHARE_DECAY_S = 5.0
+MAX_PREFILL_SHARE = 0.9
 
 
 @dataclass
@@ -90,6 +100,9 @@ class SimReplicaCore:
         self._drafter_enabled = True
         self._base_seed: int | None = None
         self._accept_ema = 1.0
+        self._prefill_s = 0.0  # time-decayed seconds spent in prefill steps (PREFILL_SHARE_DECAY_S)
+        self._elapsed_s = 0.0  # time-decayed seconds elapsed, idle included
+        self._share_at_s = 0.0
         self._counters = SimCounters()
 
     # ---- time -------------------------------------------------------------------------------
@@ -209,6 +222,7 @@ class SimReplicaCore:
     def _complete(self, step: _Step) -> None:
         c = self._counters
         c.busy_s += step.end_s - step.start_s
+        self._note_time(step.end_s, step.end_s - step.start_s if step.kind == "prefill" else 0.0)
         t = step.end_s
         if step.kind == "prefill":
             c.num_prefill_steps += 1
@@ -281,11 +295,38 @@ class SimReplicaCore:
             queued_kv_tokens=queued_kv,
             pending_prefill_tokens=queued_prefill + self._unprefilled_tokens(),
             prefill_tokens_per_s=self._prefill_tokens_per_s(),
+            decode_step_ms=self._next_decode_step_ms(),
             accept_length_ema=self._accept_ema,
             drafter_active=self.drafter_active,
             draft_vram_gb=0.0 if self._drafter is None else self._drafter.draft_vram_gb,
             engine="simulated",
         )
+
+    def _note_time(self, t: float, prefill_s: float) -> None:
+        """Decay both sums over the time since the last note, then add this step's prefill time."""
+        gap = max(0.0, t - self._share_at_s)
+        keep = math.exp(-gap / PREFILL_SHARE_DECAY_S)
+        self._prefill_s = self._prefill_s * keep + prefill_s
+        self._elapsed_s = self._elapsed_s * keep + gap
+        self._share_at_s = t
+
+    def _prefill_share(self) -> float:
+        """The decayed share as of now: time since the last step counts as not prefill."""
+        gap = max(0.0, self._now_s - self._share_at_s)
+        keep = math.exp(-gap / PREFILL_SHARE_DECAY_S)
+        elapsed = self._elapsed_s * keep + gap
+        return min(MAX_PREFILL_SHARE, self._prefill_s * keep / elapsed) if elapsed > 0 else 0.0
+
+    def _next_decode_step_ms(self) -> float:
+        runs = [*self._prefilling.values(), *self._decoding.values()]
+        n = len(runs) + len(self._queue) + 1
+        context = sum(run.context_tokens for run in runs) + sum(req.prompt_tokens for req in self._queue.values())
+        if self.drafter_active:
+            assert self._drafter is not None
+            step_ms = verify_step_ms(self.profile, self._drafter, n, context)
+        else:
+            step_ms = decode_step_ms(self.profile, n, context)
+        return step_ms / (1.0 - self._prefill_share())
 
     def _prefill_tokens_per_s(self) -> float:
         per_token_ms = self.profile.prefill.per_token_ms

@@ -3,14 +3,15 @@
     mu(r)          = prefill_tokens_per_s(r) when the replica reports it, else default_prefill_tokens_per_s
     uncached(q, r) = prompt_tokens(q) * (1 - depth(q, r) / n(q))      (n(q) = 0 -> prompt_tokens(q))
     est(q, r)      = (pending_prefill_tokens(r) + uncached(q, r)) / mu(r)      seconds
-    score(q, r)    = (min_r' est(q, r') + slack_s) / (est(q, r) + slack_s)     in (0, 1]; the best is 1
+    score(q, r)    = relative(est)(r) = (min_r' est(q, r') + slack_s) / (est(q, r) + slack_s)   in (0, 1]
 
 `pending_prefill_tokens` is the replica's reported prefill backlog, drained at its rate for the age of
 the report, plus this router's placements since then (reservations.py). Prefill runs before decode
 (SGLang's default scheduler), so the backlog ahead of a request, not the number of requests, sets its
 TTFT: one 100k-token prompt delays the next request by seconds where a hundred short ones do not.
 `depth` is the leading-run match in the router-side `PrefixIndex`, so a prefix hit lowers the estimate
-by the prompt share it saves. `slack_s` keeps scores finite and makes sub-`slack_s` differences small.
+by the prompt share it saves. `slack_s` keeps scores finite and makes sub-`slack_s` differences small;
+the best replica scores 1.
 Parameters: default_prefill_tokens_per_s > 0 (tokens/s); slack_s > 0 (s).
 Complexity: O(n * R) prefix walk + O(R).
 """
@@ -36,6 +37,14 @@ def prefill_rate(view: ReplicaView, default_tokens_per_s: float) -> float:
     return rate if rate > 0.0 else default_tokens_per_s
 
 
+def relative(estimates_s: Sequence[float], slack_s: float) -> list[float]:
+    """(min + slack) / (est + slack): 1 for the best, falling as an estimate grows past it."""
+    if not estimates_s:
+        return []
+    best = min(estimates_s)
+    return [(best + slack_s) / (est + slack_s) for est in estimates_s]
+
+
 class PredictedTtftScorer:
     name = "predicted_ttft"
 
@@ -55,8 +64,4 @@ class PredictedTtftScorer:
         return out
 
     def score(self, request: RequestView, replicas: Sequence[ReplicaView]) -> list[float]:
-        if not replicas:
-            return []
-        estimates = self.estimates_s(request, replicas)
-        best = min(estimates)
-        return [(best + self._slack_s) / (est + self._slack_s) for est in estimates]
+        return relative(self.estimates_s(request, replicas), self._slack_s)
