@@ -77,7 +77,7 @@ class SimPool:
         replica.state = SERVING
         replica.stats = ReplicaWindowStats(self._stats_config, self._clock, started_s=self._clock())
         rng = random.Random(f"{self._seed}:{replica.index}")
-        replica.core = SimReplicaCore(self.config.engine, self._profile, rng)
+        replica.core = SimReplicaCore(self.config.engine, self._profile, rng, token_events=False)
 
     def live(self) -> list[SimReplica]:
         """Starting or serving replicas: what Ray counts against the target."""

@@ -64,9 +64,14 @@ class RequestAcceptance:
         self.draft_tokens = draft_tokens
         self.alpha = solve_alpha(mean, draft_tokens)
         self._rng = rng
+        self._log_alpha = math.log(self.alpha) if 0.0 < self.alpha < 1.0 else 0.0
 
     def draw(self) -> int:
-        return draw_step_tokens(self.alpha, self.draft_tokens, self._rng)
+        """draw_step_tokens(alpha, D, rng), with ln(alpha) computed once (the same numbers)."""
+        if self._log_alpha == 0.0:
+            return draw_step_tokens(self.alpha, self.draft_tokens, self._rng)
+        u = 1.0 - self._rng.random()
+        return min(self.draft_tokens, 1 + int(math.log(u) / self._log_alpha))
 
 
 class AcceptanceModel:

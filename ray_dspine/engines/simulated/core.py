@@ -28,6 +28,9 @@ Rules (times in simulated seconds; the caller advances time explicitly, the core
              PREFILL_SHARE_DECAY_S (idle time counts as not prefill), capped at MAX_PREFILL_SHARE.
   EMA:       after each decode step, ema = (1 - w) * ema + w * (tokens in step / requests in step).
   path:      'autoregressive' if any of the request's steps ran without the drafter, else 'speculative'.
+  events:    first_token, tokens (one per step per request) and finished; with token_events=False
+             the per-step tokens events are left out (a virtual-time driver that needs only first
+             tokens and finishes saves most of the core's allocations).
   time:      submit/cancel/advance_to take now_s >= the last time seen; steps ending at or before
              now_s complete first, so call order cannot break causality. Events of steps completed
              inside submit are returned by the next advance_to.
@@ -64,6 +67,14 @@ PREFILL_SHARE_DECAY_S = 5.0
 MAX_PREFILL_SHARE = 0.9
 
 
+class _Tally:
+    """SimCounters' fields as plain attributes: the hot path bumps them millions of times a day."""
+
+    def __init__(self) -> None:
+        for name, field_info in SimCounters.model_fields.items():
+            setattr(self, name, field_info.default)
+
+
 @dataclass
 class _Step:
     kind: str  # "prefill" | "decode" | "verify"
@@ -73,8 +84,15 @@ class _Step:
 
 
 class SimReplicaCore:
-    def __init__(self, config: SimulatedEngineConfig, profile: SimProfile, rng: random.Random):
+    def __init__(
+        self,
+        config: SimulatedEngineConfig,
+        profile: SimProfile,
+        rng: random.Random,
+        token_events: bool = True,
+    ):
         self.config = config
+        self._token_events = token_events
         self.profile = profile
         self._rng = rng
         self._drafter = profile.drafter_profile(config.drafter)
@@ -103,7 +121,7 @@ class SimReplicaCore:
         self._prefill_s = 0.0  # time-decayed seconds spent in prefill steps (PREFILL_SHARE_DECAY_S)
         self._elapsed_s = 0.0  # time-decayed seconds elapsed, idle included
         self._share_at_s = 0.0
-        self._counters = SimCounters()
+        self._counters = _Tally()
 
     # ---- time -------------------------------------------------------------------------------
     @property
@@ -266,7 +284,8 @@ class SimReplicaCore:
     def _emit_tokens(self, run: RunningRequest, kind: SimEventKind, k: int, t: float) -> None:
         rid = run.request.request_id
         self._counters.num_output_tokens += k
-        self._pending.append(SimEvent(kind=kind, request_id=rid, time_s=t, num_tokens=k))
+        if self._token_events or kind == "first_token":
+            self._pending.append(SimEvent(kind=kind, request_id=rid, time_s=t, num_tokens=k))
         if run.num_remaining == 0:
             del self._decoding[rid]
             self._release(run)
@@ -356,7 +375,7 @@ class SimReplicaCore:
         return total
 
     def counters(self) -> SimCounters:
-        snapshot = self._counters.model_copy()
+        snapshot = SimCounters(**vars(self._counters))
         snapshot.num_evicted_blocks = self._cache.num_evicted_blocks
         snapshot.peak_kv_utilization = self._pools.peak_kv_utilization
         snapshot.peak_state_utilization = self._pools.peak_state_utilization
