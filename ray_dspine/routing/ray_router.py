@@ -21,9 +21,9 @@ Placements are recorded as soon as `choose_replicas` picks a replica (tentativel
 on its way to the replica, and requests routed meanwhile must see it, or a burst lands on one replica),
 corrected in `on_request_routed` when Ray ended up on another replica (Ray calls it once a replica
 accepts, which is the default outside Ray Client) and released in `on_request_completed`; a tentative
-placement that is never confirmed ages out of the ledger after `drop_after_s`. Ray runs at most 2 x replicas (cap 50)
-routing loops per handle and each waiting request holds one, so a backlog of requests that fit nowhere
-delays the requests queued behind it (first come, first served).
+placement that is never confirmed ages out of the ledger after `drop_after_s`.
+Ray runs at most 2 x replicas (cap 50) routing loops per handle and each waiting request holds one, so
+a backlog of requests that fit nowhere delays the requests queued behind it (first come, first served).
 """
 
 from __future__ import annotations
