@@ -35,6 +35,7 @@ from .routing_workload import (
     bench_app_config,
     describe_slice,
     load_slice,
+    ttft_floors_by_request,
 )
 
 RATIONALE = (
@@ -142,7 +143,9 @@ def subtract(after: list[dict], before: list[dict]) -> list[dict]:
     return out
 
 
-def run_router(policy: str, endpoint: str, requests, settings: RoutingBenchSettings) -> RouterFigures:
+def run_router(
+    policy: str, endpoint: str, requests, settings: RoutingBenchSettings, floors_sim_s: dict[str, float]
+) -> RouterFigures:
     from . import routing_cluster as cluster
 
     cluster.deploy(bench_app_config(settings, policy), endpoint)
@@ -154,7 +157,8 @@ def run_router(policy: str, endpoint: str, requests, settings: RoutingBenchSetti
     finally:
         cluster.undeploy()
     label = ROUTER_LABELS.get(policy, policy)
-    return router_figures(policy, label, sink.records, subtract(after, before), settings.engine_time_scale)
+    counters = subtract(after, before)
+    return router_figures(policy, label, sink.records, counters, settings.engine_time_scale, floors_sim_s)
 
 
 def run_bench(settings: RoutingBenchSettings) -> tuple[dict, dict[str, RouterFigures], list[Goal]]:
@@ -166,6 +170,7 @@ def run_bench(settings: RoutingBenchSettings) -> tuple[dict, dict[str, RouterFig
     if not requests:
         raise ValueError("the slice holds no request: widen --window-s or raise --session-fraction")
     slice_info = describe_slice(requests, settings)
+    floors = ttft_floors_by_request(requests, settings)
     progress(
         f"bench routing: {slice_info['num_requests']} requests in {slice_info['num_sessions']} sessions, "
         f"{len(settings.routers)} routers x {settings.num_replicas} simulated replicas; starting Ray"
@@ -175,12 +180,14 @@ def run_bench(settings: RoutingBenchSettings) -> tuple[dict, dict[str, RouterFig
     try:
         for index, policy in enumerate(settings.routers, start=1):
             begun = time.monotonic()
-            f = run_router(policy, endpoint, requests, settings)
+            f = run_router(policy, endpoint, requests, settings, floors)
             figures[policy] = f
             hit = "-" if f.prefix_hit_rate is None else f"{f.prefix_hit_rate:.3f}"
             p99 = "-" if f.ttft_p99_s is None else f"{f.ttft_p99_s:.2f}"
+            excess = "-" if f.ttft_excess_p99_sim_s is None else f"{f.ttft_excess_p99_sim_s:.2f}"
             progress(
-                f"[{index}/{len(settings.routers)}] {policy}: {f.num_ok}/{f.num_requests} ok, TTFT p99 {p99} s, "
+                f"[{index}/{len(settings.routers)}] {policy}: {f.num_ok}/{f.num_requests} ok, TTFT p99 {p99} s "
+                f"(over the floor: {excess} simulated s), "
                 f"prefix hit {hit}, waited for memory {f.num_waited_for_memory}, retractions {f.num_retractions} "
                 f"({time.monotonic() - begun:.0f} s)"
             )

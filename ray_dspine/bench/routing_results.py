@@ -3,6 +3,10 @@
 Rules (ok = a request that finished without error; every replica of the pool is counted):
   latency      TTFT p50/p99 and end-to-end p99 over ok requests, wall seconds as the client measured
                them (percentile rule of stats.py); `_sim_s` = wall / engine_time_scale.
+  excess       ttft_excess_p99_sim_s = p99 over ok requests with a floor of (ttft / engine_time_scale -
+               floor(q)), floor(q) = the request's own prefill with an ideal cache and no queueing
+               (routing_workload.py): the part of TTFT a router can change (queueing, lost cache
+               hits, overheads), which raw p99 hides when the largest prompts set it.
   throughput   output_tokens_per_s = sum of ok output tokens / (last end - first send), wall seconds.
   prefix hits  prefix_hit_rate = sum_r prefix-hit tokens / sum_r (prefix-hit + prefilled tokens), from
                the replicas' engine counters; prefix_hit_rate_usage = sum cached_prompt_tokens /
@@ -54,6 +58,9 @@ class RouterFigures(BaseModel):
     ttft_p50_sim_s: float | None
     ttft_p99_sim_s: float | None
     e2e_p99_sim_s: float | None
+    ttft_excess_p99_sim_s: float | None = Field(
+        default=None, description="p99 of TTFT minus the request's own TTFT floor, simulated seconds."
+    )
     output_tokens_per_s: float
     output_tokens_per_sim_s: float
     prefix_hit_rate: float | None
@@ -88,9 +95,20 @@ def _hit_rate(hit: int, prefilled: int) -> float | None:
 
 
 def router_figures(
-    router: str, label: str, records: list[RequestRecord], counters: list[dict], engine_time_scale: float
+    router: str,
+    label: str,
+    records: list[RequestRecord],
+    counters: list[dict],
+    engine_time_scale: float,
+    floors_sim_s: dict[str, float] | None = None,
 ) -> RouterFigures:
     ok = [r for r in records if r.ok]
+    floors = floors_sim_s or {}
+    excess = [
+        r.ttft_s / engine_time_scale - floors[r.trace_request_id]
+        for r in ok
+        if r.ttft_s is not None and r.trace_request_id in floors
+    ]
     ttft = [r.ttft_s for r in ok if r.ttft_s is not None]
     e2e = [r.e2e_s for r in ok if r.e2e_s is not None]
     starts = [r.start_unix_s for r in records]
@@ -132,6 +150,7 @@ def router_figures(
         ttft_p50_sim_s=_scaled(ttft_p50, to_sim),
         ttft_p99_sim_s=_scaled(ttft_p99, to_sim),
         e2e_p99_sim_s=_scaled(e2e_p99, to_sim),
+        ttft_excess_p99_sim_s=_percentile(excess, 99),
         output_tokens_per_s=rate,
         output_tokens_per_sim_s=rate * engine_time_scale,
         prefix_hit_rate=_hit_rate(totals["num_prefix_hit_tokens"], totals["num_prefill_tokens"]),
@@ -180,17 +199,21 @@ def _fmt(value: float | None, pattern: str = "{:.2f}") -> str:
 
 
 def format_table(figures: dict[str, RouterFigures], checks: list[Goal]) -> str:
-    header = f"{'router':<12} {'ok':>5} {'TTFT p50':>9} {'TTFT p99':>9} {'E2E p99':>8} {'out tok/s':>9} {'hit':>6} " \
-             f"{'wait mem':>8} {'retract':>7}  peak KV / state per replica"  # fmt: skip
+    header = f"{'router':<12} {'ok':>5} {'TTFT p50':>9} {'TTFT p99':>9} {'excess p99':>10} {'E2E p99':>8} " \
+             f"{'out tok/s':>9} {'hit':>6} {'wait mem':>8} {'retract':>7}  peak KV / state per replica"  # fmt: skip
     lines = [header]
     for name, f in figures.items():
         peaks = " ".join(f"{r.peak_kv_utilization:.2f}/{r.peak_state_utilization:.2f}" for r in f.replicas)
         lines.append(
-            f"{name:<12} {f.num_ok:>5} {_fmt(f.ttft_p50_s):>9} {_fmt(f.ttft_p99_s):>9} {_fmt(f.e2e_p99_s):>8} "
+            f"{name:<12} {f.num_ok:>5} {_fmt(f.ttft_p50_s):>9} {_fmt(f.ttft_p99_s):>9} "
+            f"{_fmt(f.ttft_excess_p99_sim_s):>10} {_fmt(f.e2e_p99_s):>8} "
             f"{f.output_tokens_per_s:>9.0f} {_fmt(f.prefix_hit_rate, '{:.3f}'):>6} {f.num_waited_for_memory:>8} "
             f"{f.num_retractions:>7}  {peaks}"
         )
-    lines.append("(latencies in wall seconds; simulated GPU seconds = wall / engine_time_scale)")
+    lines.append(
+        "(latencies in wall seconds; simulated GPU seconds = wall / engine_time_scale; excess p99: TTFT over "
+        "each request's own no-queueing floor, simulated seconds)"
+    )
     for goal in checks:
         lines.append(f"goal {goal.name}: {_fmt(goal.value, '{:.3f}')} (target {goal.target}) {'met' if goal.met else 'NOT met'}")
     return "\n".join(lines)

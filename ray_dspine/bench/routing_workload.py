@@ -157,11 +157,16 @@ def load_slice(settings: RoutingBenchSettings) -> tuple[Trace, list[TraceRequest
 
 def ttft_floor_sim_s(requests: list[TraceRequest], settings: RoutingBenchSettings) -> list[float]:
     """The floor rule, per request in arrival order (simulated seconds)."""
+    return list(ttft_floors_by_request(requests, settings).values())
+
+
+def ttft_floors_by_request(requests: list[TraceRequest], settings: RoutingBenchSettings) -> dict[str, float]:
+    """The floor rule: trace request id -> floor (simulated seconds), in arrival order."""
     profile = load_profile(settings.profile)
     client = ClientSettings(endpoint="http://unused", model=BENCH_MODEL)
     block_tokens = PREFIX_BLOCK_CHARS // CHARS_PER_TOKEN
     seen: set[str] = set()
-    floors: list[float] = []
+    floors: dict[str, float] = {}
     for request in sorted(requests, key=lambda r: r.arrival_s):
         body = build_body(request, client)
         text = conversation_text(body["messages"]) if "messages" in body else str(body["prompt"])
@@ -173,7 +178,7 @@ def ttft_floor_sim_s(requests: list[TraceRequest], settings: RoutingBenchSetting
                 break
             num_hit += 1
         num_hit = min(num_hit, (prompt_tokens - 1) // block_tokens)
-        floors.append(prefill_step_ms(profile, prompt_tokens - num_hit * block_tokens) / 1000.0)
+        floors[request.request_id] = prefill_step_ms(profile, prompt_tokens - num_hit * block_tokens) / 1000.0
         seen.update(hashes)
     return floors
 

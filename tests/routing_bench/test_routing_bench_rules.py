@@ -116,6 +116,17 @@ def test_rule_router_figures():
     assert f.prefix_hit_rate == pytest.approx(0.2) and f.prefix_hit_rate_usage == pytest.approx(50 / 300)
     assert (f.num_ok, f.errors, f.num_waited_for_memory, f.num_evicted_cache_blocks) == (3, {"http_503": 1}, 1, 4)
     assert [r.peak_kv_utilization for r in f.replicas] == [0.4, 0.6]
+    assert f.ttft_excess_p99_sim_s is None  # no floors given
+
+
+def test_rule_ttft_excess_over_each_requests_floor():
+    records = [record(0, 0.1, 1.0, 10, 0), record(1, 0.2, 2.0, 20, 0), record(2, 0.3, 3.0, 30, 0),
+               record(3, 0.9, 3.0, 30, 0)]  # fmt: skip
+    floors = {"r0": 0.1, "r1": 0.4, "r2": 0.1}  # r3 has no floor: left out
+    f = router_figures("headroom", "ours", records, [], 0.5, floors)
+    # simulated TTFT = wall / 0.5 = 0.2, 0.4, 0.6 -> excess 0.1, 0.0, 0.5; sorted 0, 0.1, 0.5:
+    # p99: h = 2 * 0.99 = 1.98 -> 0.1 + 0.98 * (0.5 - 0.1) = 0.492
+    assert f.ttft_excess_p99_sim_s == pytest.approx(0.492)
 
 
 def test_rule_goals():
