@@ -27,7 +27,10 @@ def embedded_pool(name: str, speculative: bool, **engine) -> dict:
             "context_length_tokens": 1024, "kv_budget_tokens": 2048, "max_running_requests": 2,
             "max_queued_requests": 0, "num_threads": 1, **engine,
         },
-        "deployment": {"num_replicas": 1, "num_cpus": 0.5, "max_ongoing_requests": 8, "router": {"policy": "headroom"}},
+        "deployment": {
+            "num_replicas": 1, "num_cpus": 0.5, "max_ongoing_requests": 8, "max_queued_requests": 2,
+            "router": {"policy": "headroom"},
+        },  # fmt: skip
     }
 
 

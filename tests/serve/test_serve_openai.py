@@ -115,14 +115,15 @@ def test_no_api_key_configured_accepts_any_bearer(serve_url):
 
 
 def test_overload_gets_429_with_retry_after(serve_url):
-    # max_running_requests=2, max_queued_requests=0: a third concurrent long request is refused.
+    # The engine runs 2 and queues none; the router holds requests no replica can take (they would
+    # only be refused or retracted there) and the handle holds at most 2 of those: the rest are refused.
     body = {"model": MODEL, "messages": user("Write a long story about a dragon."), "max_tokens": 300, "temperature": 0}
     results = []
 
     def send():
         results.append(chat(serve_url, body, {"x-dspine-pool": "ar"}, timeout=300))
 
-    threads = [threading.Thread(target=send) for _ in range(8)]  # 8 at once against 2 slots and no queue
+    threads = [threading.Thread(target=send) for _ in range(8)]  # 8 at once: 2 run, 2 wait, the rest refused
     for t in threads:
         t.start()
     for t in threads:
