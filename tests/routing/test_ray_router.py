@@ -82,24 +82,29 @@ def router_config(cls, **kwargs) -> RequestRouterConfig:
 
 
 
-def request(request_id: str, prompt_tokens: int, session: str = "s") -> GenerateRequest:
+def request(request_id: str, prompt_tokens: int, session: str = "s", prefix=("h0", "h1")) -> GenerateRequest:
     return GenerateRequest(
         request_id=request_id,
         prompt="hello",
         max_tokens=100,
         estimated_prompt_tokens=prompt_tokens,
         session_id=session,
-        prefix_hashes=["h0", "h1"],
+        prefix_hashes=list(prefix),
     )
 
 
 def wait_for_stats(handle, expected_rank: int, deadline_s: float = 20.0) -> None:
     """Replicas' first load reports reach the router a moment after `serve.run` returns; until then it
-    sees them as unreported. Probe (fresh sessions, small requests) until placement follows the reports."""
+    sees them as unreported. Probe (fresh sessions and prefixes, small requests) until placement follows
+    the reports; a shared prefix would pin every probe to wherever the first, unreported one landed."""
     give_up = time.monotonic() + deadline_s
     i = 0
     while time.monotonic() < give_up:
-        if handle.generate.remote(request(f"probe{i}", 10, f"probe{i}")).result(timeout_s=30) == expected_rank:
+        probe = request(f"probe{i}", 10, f"probe{i}", prefix=(f"probe{i}",))
+        if handle.generate.remote(probe).result(timeout_s=30) == expected_rank:
+            # the router learns of the probe's completion after the caller does: let that, and a
+            # fresh report, arrive, or the probe still counts as queued on its replica
+            time.sleep(3 * STATS_PERIOD_S)
             return
         i += 1
         time.sleep(STATS_PERIOD_S)
