@@ -19,10 +19,6 @@ import httpx
 from ..config import AppConfig
 
 APP_NAME = "routing-bench"
-# The ingress holds one slot per streaming request for its whole life; Serve's default of 5 would cap
-# the whole app at 5 requests in flight, so the bench raises it (clusters/*.yaml do the same under
-# `deployments:`).
-INGRESS_MAX_ONGOING_REQUESTS = 4096
 REPLICA_PREFIX = "SERVE_REPLICA::"
 SERVE_NAMESPACE = "serve"
 
@@ -63,14 +59,11 @@ def stop_cluster() -> None:
 def deploy(config: AppConfig, endpoint: str, *, timeout_s: float = 180.0) -> None:
     """Run the app and wait until its /health answers and every replica has reported its load."""
     from ray import serve
-    from ray.serve import Application
 
     from ..serve.app import build_app
 
-    app = build_app(config)
-    # Until the Ingress deployment sets its own max_ongoing_requests, raise it on the built app.
-    ingress = app._bound_deployment.options(max_ongoing_requests=INGRESS_MAX_ONGOING_REQUESTS)
-    serve.run(Application(ingress), name=APP_NAME, route_prefix="/", blocking=False)
+    # The ingress takes its concurrency from config.server.max_ongoing_requests.
+    serve.run(build_app(config), name=APP_NAME, route_prefix="/", blocking=False)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:

@@ -48,6 +48,8 @@ BENCH_POOL = "bench"
 BENCH_MODEL = "qwen3.8-27b"
 PREFIX_BLOCK_CHARS = 2048  # the ingress's block: 512 tokens at 4 characters per token
 CHARS_PER_TOKEN = 4
+# The ingress holds one slot per streaming request for its whole life: room for a whole replay in flight.
+INGRESS_MAX_ONGOING_REQUESTS = 4096
 DEFAULT_ROUTERS: tuple[PolicyName, ...] = ("pow2", "cache_aware", "headroom")
 ROUTER_LABELS: dict[str, str] = {
     "pow2": "Ray default (PowerOfTwoChoices)",
@@ -229,5 +231,10 @@ def bench_app_config(settings: RoutingBenchSettings, policy: PolicyName) -> AppC
         default_reasoning_level="medium",
         rules=[TrafficRule(reasoning_levels=["none", "low", "medium", "high", "xhigh"], pool=BENCH_POOL)],
     )
-    server = ServerConfig(served_model_name=BENCH_MODEL, api_key_env=None, request_timeout_s=settings.request_timeout_s)
+    server = ServerConfig(
+        served_model_name=BENCH_MODEL,
+        api_key_env=None,
+        request_timeout_s=settings.request_timeout_s,
+        max_ongoing_requests=INGRESS_MAX_ONGOING_REQUESTS,
+    )
     return AppConfig(server=server, pools=[pool], traffic=traffic)

@@ -38,7 +38,6 @@ def main() -> None:
     http_port = int(sys.argv[1])
     import ray
     from ray import serve
-    from ray.serve import Application
 
     from ray_dspine.serve.app import build_app
 
@@ -46,9 +45,7 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # after ray.init, which installs its own handler
     try:
         serve.start(http_options={"host": "127.0.0.1", "port": http_port})
-        app = build_app(app_config())
-        # sim.yaml raises the ingress's max_ongoing_requests under `deployments:`; do the same here.
-        serve.run(Application(app._bound_deployment.options(max_ongoing_requests=1024)), name="sim", route_prefix="/")
+        serve.run(build_app(app_config()), name="sim", route_prefix="/")
         time.sleep(1.5)  # every replica reports its load (routing_stats_period_s 0.5) before traffic
         print("READY", flush=True)
         while True:
