@@ -6,6 +6,9 @@ of requests within the SLOs, or, when none does, the one with the highest attain
 met when ours keeps >= 99% and costs >= 25% less per completed request than the better baseline.
 With --sweep-baselines each baseline's main knob is also swept (Ray: target_ongoing_requests, as its
 docs advise load-testing it; TTFT rule: ttft_target_s) and the cheapest setting within SLO reported.
+With --hindsight the day's hindsight schedule (sim/hindsight.py) is computed too and every verdict
+states the cost reduction it reaches against the same better baseline: the most any policy could
+have saved on that day, and ours' cost above it.
 """
 
 from __future__ import annotations
@@ -17,17 +20,21 @@ import time
 from pathlib import Path
 
 from ray_dspine.autoscale.baselines import RayDefaultSettings, TtftRuleSettings
+from ray_dspine.autoscale.plot import arrivals_per_quarter_hour, plot_day
 from ray_dspine.autoscale.sim_setup import (
     add_pool_arguments,
+    cli_errors,
     base_policy_config,
     command_line,
     remember_command,
     load_pool_profile,
     load_trace_for,
     resolve_pool,
+    SetupError,
     tuned_policy_config,
 )
 from ray_dspine.sim.config import OursPolicy, RayDefaultPolicySpec, SimConfig, TtftRulePolicySpec
+from ray_dspine.sim.hindsight import hindsight_day
 from ray_dspine.sim.run import load_day, simulate_day
 from ray_dspine.sim.simulator import effective_controls
 
@@ -43,8 +50,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--seed", type=int, default=1, help="traffic seed (default 1: a day the tuner did not see)")
     parser.add_argument("--tuned", type=Path, help="tuned YAML (default autoscaling/tuned/<pool>.yaml if present)")
     parser.add_argument("--sweep-baselines", action="store_true", help="also sweep each baseline's main knob")
+    parser.add_argument(
+        "--hindsight", action="store_true",
+        help="also compute the day's hindsight schedule: the fewest replicas per bin keeping 99%% within SLO",
+    )  # fmt: skip
+    parser.add_argument("--hindsight-bin-s", type=float, default=300.0, help="hindsight bin length, s (default 300)")
     parser.add_argument("--json", action="store_true", help="print the JSON report (always written with --out)")
     parser.add_argument("--out", type=Path, help="write the JSON report here")
+    parser.add_argument(
+        "--plot", type=Path, help="write a PNG of live replicas over the day per policy (with --hindsight: its schedule)"
+    )
     parser.set_defaults(func=run)
     remember_command(parser, "bench autoscaling")
 
@@ -75,7 +90,7 @@ def better_baseline(rows: list[dict]) -> dict:
     return max(rows, key=lambda r: (r["slo_attainment"], -r["cost_per_completed_request_usd"]))
 
 
-def _verdict(ours: dict, baselines: list[dict]) -> dict:
+def _verdict(ours: dict, baselines: list[dict], hindsight: dict | None = None) -> dict:
     better = better_baseline(baselines)
     cheapest = min(baselines, key=lambda r: r["cost_per_completed_request_usd"])
     cost = ours["cost_per_completed_request_usd"]
@@ -90,12 +105,23 @@ def _verdict(ours: dict, baselines: list[dict]) -> dict:
     out["goal_met"] = bool(
         out["ours_attainment_ok"] and out["cost_reduction_vs_better_baseline"] >= GOAL_COST_REDUCTION
     )
+    if hindsight is not None:
+        best = hindsight["cost_per_completed_request_usd"]
+        out["hindsight_cost_reduction_vs_better_baseline"] = 1.0 - best / better["cost_per_completed_request_usd"]
+        out["hindsight_attainment"] = hindsight["slo_attainment"]
+        out["goal_reachable_in_hindsight"] = bool(
+            hindsight["slo_attainment"] >= GOAL_ATTAINMENT
+            and out["hindsight_cost_reduction_vs_better_baseline"] >= GOAL_COST_REDUCTION
+        )
+        out["ours_cost_over_hindsight"] = cost / best - 1.0
     return out
 
 
+@cli_errors
 def run(args: argparse.Namespace) -> int:
+    if not 0.0 < args.hindsight_bin_s <= 86_400.0:
+        raise SetupError(f"argument --hindsight-bin-s: a length in (0, 86400] s (got {args.hindsight_bin_s:g})")
     pool, traffic = resolve_pool(args)
-    traffic = traffic.model_copy(update={"seed": args.seed})
     profile = load_pool_profile(pool)
     tuned_path = args.tuned or Path("autoscaling/tuned") / f"{pool.name}.yaml"
     params = tuned_policy_config(tuned_path) if tuned_path.is_file() else base_policy_config(pool, profile)
@@ -117,6 +143,21 @@ def run(args: argparse.Namespace) -> int:
             value = fraction * pool.slo.ttft_p95_s
             spec = ttft_spec.model_copy(update={"settings": ttft_spec.settings.model_copy(update={"ttft_target_s": value})})
             sweeps.append(_row(f"ray-llm-ttft(ttft_target_s={value:g})", spec, sim, trace, profile, day))
+    hindsight = None
+    if args.hindsight:
+        print(f"computing the hindsight schedule of {pool.name} ({args.hindsight_bin_s:g} s bins)", file=sys.stderr)
+        started = time.process_time()
+        found = hindsight_day(
+            sim, trace, profile, day, bin_s=args.hindsight_bin_s, min_attainment=GOAL_ATTAINMENT,
+            progress=lambda message: print(f"  hindsight: {message}", file=sys.stderr),
+        )  # fmt: skip
+        replay = found.replay
+        print(
+            f"  hindsight: cost/request {replay.cost_per_completed_request_usd:.6f} USD  attainment "
+            f"{replay.slo_attainment:.4f}  replica-hours {replay.replica_hours:.1f}",
+            file=sys.stderr,
+        )
+        hindsight = {"cpu_s": round(time.process_time() - started, 1), **found.model_dump(mode="json")}
     report = {
         "simulated": True,
         "note": "SIMULATED day on the calibrated twin; every figure is simulated, not measured on GPUs.",
@@ -126,15 +167,22 @@ def run(args: argparse.Namespace) -> int:
         "tuned_params_from": str(tuned_path) if tuned_path.is_file() else "defaults (no tuned file)",
         "goal": {"cost_reduction_at_least": GOAL_COST_REDUCTION, "slo_attainment_at_least": GOAL_ATTAINMENT},
         "policies": rows,
-        "verdict": _verdict(ours, baselines),
+        "verdict": _verdict(ours, baselines, hindsight and hindsight["replay"]),
     }
+    if hindsight is not None:
+        report["hindsight"] = hindsight
     if sweeps:
         report["baseline_sweeps"] = sweeps
-        report["verdict_with_sweeps"] = _verdict(ours, baselines + sweeps)
+        report["verdict_with_sweeps"] = _verdict(ours, baselines + sweeps, hindsight and hindsight["replay"])
     text = json.dumps(report, indent=2)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(text + "\n", encoding="utf-8")
+    if args.plot is not None:
+        shown = rows + ([{"name": "hindsight", **hindsight["replay"]}] if hindsight is not None else [])
+        rate = arrivals_per_quarter_hour(day.arrival_s, traffic.start_s, traffic.duration_s)
+        title = f"{pool.name}, {traffic.trace} x{traffic.rate_scale:g}, seed {traffic.seed} (SIMULATED)"
+        print(f"wrote {plot_day(shown, rate, title, args.plot)}", file=sys.stderr)
     if args.json or args.out is None:
         print(text)
     return 0

@@ -88,8 +88,12 @@ class CostAutoscalingConfig(BaseModel):
         default=60.0, gt=0.0, le=3_600.0, description="A replica report older than this is ignored, s."
     )
     guard_min_requests: int = Field(
-        default=20, ge=1, le=100_000, description="Completed requests a replica window needs before its SLO misses count."
+        default=20, ge=1, le=100_000, description="Completed requests the pool's windows need before misses count."
     )
+    guard_miss_ratio: float = Field(
+        default=0.05, gt=0.0, le=1.0,
+        description="Guard: breach when the pool's share of window requests missing an SLO target exceeds this.",
+    )  # fmt: skip
     backlog_drain_s: float = Field(
         default=60.0, gt=0.0, le=3_600.0, description="Queued requests are added to demand as backlog / this, s."
     )

@@ -20,9 +20,12 @@ Ray's policy_state; all times in seconds):
                With the drafter on, state keeps drafter_gain = mu / mu(drafter off): below 1 the
                drafter costs more per request than it saves (acceptance too low).
   R4 up        N_up = ceil(lambda_up / mu). If N_up > T for upscale_delay_s -> N = N_up.
-  R5 guard     a fresh replica with >= guard_min_requests finished in its window and measured
-               ttft_p95_s > slo.ttft_p95_s or itl_p95_ms > slo.itl_p95_ms, while R == T (none
-               starting) -> N_up >= T + 1 (measurement overrides the model) and no downscale.
+  R5 guard     pooled over fresh reports, W = sum(num_window_requests) and
+               m = sum(num_window_requests * slo_miss_ratio) / W (requests that missed the TTFT or
+               ITL target). W >= guard_min_requests and m > guard_miss_ratio (default 0.05, what
+               p95 targets allow), while R == T (none starting) -> N_up >= T + 1 (measurement
+               overrides the model) and no downscale. Pooled, one replica's bad window (a long
+               prefill stalling its batch, which another replica would not cure) is diluted.
   R6 down      N_down = ceil(lambda / (u_down * mu)), u_down = scale_down_utilization (< 1 leaves a
                band [N_up, N_down] where the count holds: hysteresis). When N_down < T has held for
                downscale_delay_s, N = max(N_down over that window) (the window's peak, not its end).
@@ -121,12 +124,9 @@ def decide(config: CostAutoscalingConfig, obs: PoolObservation, state: dict[str,
 
     # R4 / R5 up.
     n_up = math.ceil(demand_up / mu - 1e-9)
-    slo = config.slo
-    breached = any(
-        r.values.get("num_window_requests", 0.0) >= config.guard_min_requests
-        and (r.values.get("ttft_p95_s", 0.0) > slo.ttft_p95_s or r.values.get("itl_p95_ms", 0.0) > slo.itl_p95_ms)
-        for r in reports
-    )
+    window = sum(r.values.get("num_window_requests", 0.0) for r in reports)
+    missed = sum(r.values.get("num_window_requests", 0.0) * r.values.get("slo_miss_ratio", 0.0) for r in reports)
+    breached = window >= config.guard_min_requests and missed > config.guard_miss_ratio * window
     guard = breached and obs.num_running_replicas >= target
     if guard:
         n_up = max(n_up, target + 1)

@@ -45,8 +45,10 @@ def pool_from_cluster_yaml(path: Path, name: str, base: PoolSimConfig) -> PoolSi
     """Take engine, gpu_hour_usd and deployment.num_gpus of pool `name` from a Serve config file."""
     with path.open(encoding="utf-8") as f:
         document = yaml.safe_load(f) or {}
+    names = []
     for app in document.get("applications", []):
         for pool in (app.get("args") or {}).get("pools", []):
+            names.append(str(pool.get("name")))
             if pool.get("name") != name:
                 continue
             engine = pool.get("engine") or {}
@@ -59,4 +61,4 @@ def pool_from_cluster_yaml(path: Path, name: str, base: PoolSimConfig) -> PoolSi
             if gpus > 0:
                 update["gpus_per_replica"] = gpus
             return base.model_copy(update=update)
-    raise KeyError(f"no pool {name!r} in {path}")
+    raise ValueError(f"no pool {name!r} in {path}; its pools: {', '.join(names) or 'none'}")

@@ -3,19 +3,54 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import shlex
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
+from pydantic import ValidationError
 
 from ray_dspine.autoscale.calibration import capacity_from_profile
 from ray_dspine.autoscale.config import CostAutoscalingConfig, SloTargets
 from ray_dspine.autoscale.sim_pools import TWIN_POOLS, pool_from_cluster_yaml
+from ray_dspine.bench.traces.loader import TraceNotFoundError
 from ray_dspine.engines.simulated.profile import SimProfile, load_profile
 from ray_dspine.sim.config import PoolSimConfig, TrafficConfig
 from ray_dspine.sim.traces import TraceTable, load_trace_table
 
 POLICY_FUNCTION = "ray_dspine.autoscale.ray_policy:CostAutoscalingPolicy"
+FLAG_OF_FIELD = {
+    "rate_scale": "--rate-scale", "duration_s": "--duration-s", "trace": "--trace", "seed": "--seed",
+    "max_replicas": "--max-replicas", "ttft_p95_s": "--ttft-p95-s", "itl_p95_ms": "--itl-p95-ms",
+    "profile": "--profile", "drafter": "--drafter", "name": "--pool",
+}  # fmt: skip
+
+
+class SetupError(ValueError):
+    """A flag or file the simulated day cannot be built from; the message names it and the fix."""
+
+
+def _flag_error(exc: ValidationError) -> SetupError:
+    error = exc.errors()[0]
+    field = next((str(part) for part in reversed(error["loc"]) if isinstance(part, str)), "")
+    flag = FLAG_OF_FIELD.get(field, field or "arguments")
+    return SetupError(f"argument {flag}: {error['msg']} (got {error.get('input')!r})")
+
+
+def cli_errors(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Report SetupError as `error: ...` on stderr with exit status 2, like argparse does."""
+
+    @functools.wraps(run)
+    def wrapper(args: argparse.Namespace) -> int:
+        try:
+            return run(args)
+        except SetupError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+
+    return wrapper
 
 
 def add_pool_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,6 +69,17 @@ def add_pool_arguments(parser: argparse.ArgumentParser) -> None:
 
 def resolve_pool(args: argparse.Namespace) -> tuple[PoolSimConfig, TrafficConfig]:
     """The built-in twin of --pool (or a generic one), overridden by --config and the flags."""
+    try:
+        return _resolve_pool(args)
+    except ValidationError as exc:
+        raise _flag_error(exc) from exc
+    except (OSError, KeyError, ValueError, yaml.YAMLError) as exc:
+        if isinstance(exc, SetupError):
+            raise
+        raise SetupError(f"argument --config: {exc}") from exc
+
+
+def _resolve_pool(args: argparse.Namespace) -> tuple[PoolSimConfig, TrafficConfig]:
     if args.pool in TWIN_POOLS:
         pool, traffic = TWIN_POOLS[args.pool]
     else:
@@ -53,13 +99,17 @@ def resolve_pool(args: argparse.Namespace) -> tuple[PoolSimConfig, TrafficConfig
         k: v for k, v in (("trace", args.trace), ("rate_scale", args.rate_scale), ("duration_s", args.duration_s))
         if v is not None
     }  # fmt: skip
-    return pool, traffic.model_copy(update=traffic_update)
+    traffic_update["seed"] = getattr(args, "seed", traffic.seed)
+    return pool, TrafficConfig.model_validate({**traffic.model_dump(), **traffic_update})
 
 
 def load_trace_for(args: argparse.Namespace, pool: PoolSimConfig, traffic: TrafficConfig) -> TraceTable:
-    return load_trace_table(
-        traffic.trace, max_context_tokens=pool.engine.total_kv_tokens, traces_dir=getattr(args, "traces_dir", None)
-    )
+    try:
+        return load_trace_table(
+            traffic.trace, max_context_tokens=pool.engine.total_kv_tokens, traces_dir=getattr(args, "traces_dir", None)
+        )
+    except TraceNotFoundError as exc:
+        raise SetupError(f"argument --trace: {exc}; pass --traces-dir or a file path") from exc
 
 
 def base_policy_config(pool: PoolSimConfig, profile: SimProfile) -> CostAutoscalingConfig:
@@ -72,7 +122,10 @@ def base_policy_config(pool: PoolSimConfig, profile: SimProfile) -> CostAutoscal
 
 
 def load_pool_profile(pool: PoolSimConfig) -> SimProfile:
-    return load_profile(pool.engine.profile)
+    try:
+        return load_profile(pool.engine.profile)
+    except (OSError, ValueError) as exc:
+        raise SetupError(f"argument --profile: {exc}") from exc
 
 
 def tuned_policy_config(path: Path) -> CostAutoscalingConfig:

@@ -15,6 +15,7 @@ import yaml
 
 from ray_dspine.autoscale.sim_setup import (
     add_pool_arguments,
+    cli_errors,
     base_policy_config,
     command_line,
     remember_command,
@@ -22,8 +23,10 @@ from ray_dspine.autoscale.sim_setup import (
     load_pool_profile,
     load_trace_for,
     resolve_pool,
+    SetupError,
+    tuned_policy_config,
 )
-from ray_dspine.autoscale.tuning import SEARCH_SPACE, Trial, apply_point, tune
+from ray_dspine.autoscale.tuning import SEARCH_SPACE, Trial, apply_point, tune, validate
 from ray_dspine.sim.config import OursPolicy, SimConfig
 from ray_dspine.sim.run import load_day, simulate_day
 
@@ -47,6 +50,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--num-candidates", type=int, default=8, help="parameter points to simulate (default 8)")
     parser.add_argument("--min-attainment", type=float, default=0.99, help="SLO attainment required (default 0.99)")
     parser.add_argument("--out", type=Path, required=True, help="YAML to write, e.g. autoscaling/tuned/NAME.yaml")
+    parser.add_argument(
+        "--validation-seeds", default="2,3",
+        help="seeds of the validation days the best candidates must also keep the SLO on (default 2,3; 'none')",
+    )  # fmt: skip
+    parser.add_argument(
+        "--start", type=Path,
+        help="tuned YAML whose parameters are the first candidate (default: the profile's calibrated defaults)",
+    )  # fmt: skip
     parser.set_defaults(func=run)
     remember_command(parser, "tune autoscaling")
 
@@ -63,11 +74,33 @@ def _figures(trial: Trial) -> dict:
     }
 
 
+def _seeds(text: str) -> list[int]:
+    if text.strip().lower() in ("", "none"):
+        return []
+    try:
+        seeds = [int(part) for part in text.split(",")]
+    except ValueError:
+        seeds = [-1]
+    if min(seeds) < 0:
+        raise SetupError(f"argument --validation-seeds: comma-separated seeds >= 0, e.g. 2,3, or 'none' (got {text!r})")
+    return seeds
+
+
+@cli_errors
 def run(args: argparse.Namespace) -> int:
+    if args.num_candidates < 1:
+        raise SetupError(f"argument --num-candidates: needs at least 1 (got {args.num_candidates})")
+    if not 0.0 < args.min_attainment <= 1.0:
+        raise SetupError(f"argument --min-attainment: a share in (0, 1], e.g. 0.99 (got {args.min_attainment})")
+    seeds = _seeds(args.validation_seeds)
     pool, traffic = resolve_pool(args)
-    traffic = traffic.model_copy(update={"seed": args.seed})
     profile = load_pool_profile(pool)
     base = base_policy_config(pool, profile)
+    if args.start is not None:
+        try:
+            base = tuned_policy_config(args.start)
+        except (OSError, KeyError, TypeError, ValueError, yaml.YAMLError) as exc:
+            raise SetupError(f"argument --start: {args.start} is not a tuned autoscaling file: {exc}") from exc
     sim = SimConfig(pool=pool, traffic=traffic, policy=OursPolicy(params=base))
     trace, day = load_day(sim, load_trace_for(args, pool, traffic))
     print(f"tuning {pool.name}: {day.num_requests} requests ({trace.name}), {args.num_candidates} candidates", file=sys.stderr)
@@ -88,6 +121,31 @@ def run(args: argparse.Namespace) -> int:
         base, evaluate, num_candidates=args.num_candidates, seed=args.seed,
         min_attainment=args.min_attainment, progress=progress,
     )  # fmt: skip
+    checked: list[Trial] = []
+    if seeds:
+        days = []
+        for seed in seeds:
+            validation_sim = sim.model_copy(update={"traffic": traffic.model_copy(update={"seed": seed})})
+            days.append((seed, validation_sim, load_day(validation_sim, trace)[1]))
+
+        def evaluate_validation(point):
+            """The worst validation day (lowest attainment); stops at the first day under the target."""
+            worst = None
+            for seed, validation_sim, validation_day in days:
+                config = validation_sim.model_copy(update={"policy": OursPolicy(params=apply_point(base, point))})
+                result = simulate_day(config, trace, profile, validation_day)
+                print(
+                    f"  validation day (seed {seed}): attainment {result.slo_attainment:.4f}  "
+                    f"cost/request {result.cost_per_completed_request_usd:.6f} USD  {point}",
+                    file=sys.stderr,
+                )
+                if worst is None or result.slo_attainment < worst.slo_attainment:
+                    worst = result
+                if result.slo_attainment < args.min_attainment:
+                    break
+            return worst
+
+        ranked, checked = validate(ranked, evaluate_validation, min_attainment=args.min_attainment)
     best = ranked[0]
     tuned = apply_point(base, best.params)
     document = {
@@ -111,6 +169,7 @@ def run(args: argparse.Namespace) -> int:
             "tuned": {**_figures(best), "result": best.result.model_dump(mode="json")},
             "feasible": best.result.slo_attainment >= args.min_attainment,
             "candidates": [_figures(t) for t in ranked],
+            "validation": {"seeds": seeds, "worst_day_of_each_checked": [_figures(t) for t in checked]},
             "elapsed_s": round(time.monotonic() - started, 1),
         },
     }

@@ -1,15 +1,20 @@
 """Search the policy's parameters on simulated days: the cheapest per completed request within SLO.
 
 Rules:
-  space      headroom, scale_down_utilization, downscale_delay_s, upscale_delay_s, lookahead_s and
-             the capacity model's calibration (itl_tail_factor, ttft_wait_factor) take values from
-             SEARCH_SPACE.
+  space      headroom, scale_down_utilization, downscale_delay_s, upscale_delay_s, lookahead_s,
+             guard_miss_ratio and the capacity model's calibration (itl_tail_factor,
+             ttft_wait_factor) take values from SEARCH_SPACE.
   candidates the config's own values first, then num_candidates - 1 distinct points drawn uniformly
              from the grid with random.Random(seed) (a point already drawn is drawn again).
   objective  feasible when slo_attainment >= min_attainment; feasible candidates rank by
              cost_per_completed_request_usd (then replica-hours); infeasible ones after all feasible,
              by attainment (higher first). The first ranked is the tuned point.
-Complexity: num_candidates simulated days.
+  validate   with validation days (the same traffic under other seeds), the feasible candidates
+             are simulated on them in rank order (all of them, or the first max_validations); the
+             first that keeps min_attainment on its worst validation day moves to the front (the
+             others keep their order). When none does, the ranking stands. A point tuned to the
+             edge of the SLO on one day is caught before it misses on the next.
+Complexity: num_candidates + up to (feasible candidates * validation days) simulated days.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ SEARCH_SPACE: dict[str, tuple[float, ...]] = {
     "lookahead_s": (0.0, 120.0),
     "itl_tail_factor": (1.2, 1.4, 1.8),
     "ttft_wait_factor": (0.5, 1.0, 1.5),
+    "guard_miss_ratio": (0.03, 0.05, 0.08),
 }
 # Keys of SEARCH_SPACE that live in the capacity model rather than on the policy config.
 CAPACITY_KEYS = ("itl_tail_factor", "ttft_wait_factor")
@@ -96,3 +102,24 @@ def tune(
         if progress is not None:
             progress(index, trial)
     return rank(trials, min_attainment)
+
+
+def validate(
+    ranked: list[Trial],
+    evaluate: Callable[[dict[str, float]], DayResult],
+    *,
+    min_attainment: float,
+    max_validations: int | None = None,
+    progress: Callable[[Trial], None] | None = None,
+) -> tuple[list[Trial], list[Trial]]:
+    """Apply the validate rule; returns (the new ranking, the validation-day trials in the order run)."""
+    checked: list[Trial] = []
+    feasible = [t for t in ranked if t.result.slo_attainment >= min_attainment]
+    for trial in feasible if max_validations is None else feasible[:max_validations]:
+        check = Trial(params=trial.params, result=evaluate(trial.params))
+        checked.append(check)
+        if progress is not None:
+            progress(check)
+        if check.result.slo_attainment >= min_attainment:
+            return [trial] + [t for t in ranked if t is not trial], checked
+    return ranked, checked

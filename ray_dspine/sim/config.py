@@ -79,8 +79,35 @@ class FixedPolicySpec(BaseModel):
     num_replicas: int = Field(ge=1, le=4096, description="Static pool size.")
 
 
+class SchedulePolicySpec(BaseModel):
+    """A replica count per time bin, known in advance (the hindsight schedule, hindsight.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["schedule"] = "schedule"
+    bin_s: float = Field(gt=0.0, le=86_400.0, description="Length of one bin, s; bin b starts at start_s + b * bin_s.")
+    counts: list[int] = Field(min_length=1, description="Replicas wanted in each bin; the last holds past the end.")
+    lead_s: float = Field(default=0.0, ge=0.0, le=3_600.0, description="Start replicas this long before their bin, s.")
+
+    @model_validator(mode="after")
+    def _positive(self) -> "SchedulePolicySpec":
+        if min(self.counts) < 1:
+            raise ValueError(f"every bin needs >= 1 replica; got {min(self.counts)}")
+        return self
+
+    def count_at(self, elapsed_s: float) -> int:
+        """Replicas wanted elapsed_s after the start: max of this bin's count and the count lead_s ahead."""
+        last = len(self.counts) - 1
+
+        def at(t: float) -> int:
+            return self.counts[min(last, max(0, int(t // self.bin_s)))]
+
+        return max(at(elapsed_s), at(elapsed_s + self.lead_s))
+
+
 PolicySpec = Annotated[
-    Union[OursPolicy, RayDefaultPolicySpec, TtftRulePolicySpec, FixedPolicySpec], Field(discriminator="kind")
+    Union[OursPolicy, RayDefaultPolicySpec, TtftRulePolicySpec, FixedPolicySpec, SchedulePolicySpec],
+    Field(discriminator="kind"),
 ]
 
 

@@ -69,6 +69,18 @@ def latency_summary(values: np.ndarray, scale: float = 1.0) -> LatencySummary:
     return LatencySummary(p50=float(p[0]), p95=float(p[1]), p99=float(p[2]))
 
 
+def within_slo(
+    slo: SloTargets, arrival_s: np.ndarray, first_s: np.ndarray, finish_s: np.ndarray, output_tokens: np.ndarray
+) -> np.ndarray:
+    """Per request: completed, TTFT within target and (>= 2 tokens) mean ITL within target."""
+    done = ~np.isnan(finish_s)
+    ok = done & (np.nan_to_num(first_s - arrival_s, nan=math.inf) <= slo.ttft_p95_s)
+    multi = done & (output_tokens >= 2)
+    itl_ms = 1000.0 * (finish_s[multi] - first_s[multi]) / (output_tokens[multi] - 1)
+    ok[multi] &= itl_ms <= slo.itl_p95_ms
+    return ok
+
+
 def summarize(
     *,
     policy: str,
@@ -94,10 +106,7 @@ def summarize(
     tokens = output_tokens[done]
     multi = tokens >= 2
     itl_ms = 1000.0 * (finish_s[done][multi] - first_s[done][multi]) / (tokens[multi] - 1)
-    ok = ttft <= slo.ttft_p95_s
-    ok_itl = np.ones_like(ok)
-    ok_itl[multi] = itl_ms <= slo.itl_p95_ms
-    within = int(np.count_nonzero(ok & ok_itl))
+    within = int(np.count_nonzero(within_slo(slo, arrival_s, first_s, finish_s, output_tokens)))
     completed = int(np.count_nonzero(done))
     total = int(arrival_s.shape[0])
     cost = replica_hours * gpus_per_replica * gpu_hour_usd

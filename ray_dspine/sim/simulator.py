@@ -11,7 +11,8 @@ Rules (times in simulated seconds; pool.py, context.py and controller.py hold th
             and the freed slot takes the head of the handle queue.
   control   every control_period_s the policy runs inside Ray's controller rules (controller.py) on
             a context built from what Ray would see (context.py); the target then starts or
-            removes replicas (pool.py). A fixed policy never scales.
+            removes replicas (pool.py). A fixed policy never scales; a schedule sets the target from
+            its bins (SchedulePolicySpec.count_at), clamped to [min_replicas, max_replicas].
   end       arrivals stop at start_s + duration_s; ticks stop too; in-flight requests finish.
   seed      arrivals from TrafficConfig.seed; replica r's acceptance from "seed:r"; nothing reads
             a wall clock, so the same config gives the same DayResult.
@@ -36,7 +37,7 @@ from ray_dspine.sim.config import RayControls, SimConfig
 from ray_dspine.sim.context import SimAutoscalingContext
 from ray_dspine.sim.controller import apply_ray_controls
 from ray_dspine.sim.pool import DRAINING, SERVING, STARTING, SimPool, SimReplica
-from ray_dspine.sim.results import DayResult, summarize
+from ray_dspine.sim.results import DayResult, summarize, within_slo
 from ray_dspine.sim.traces import TraceTable
 
 STEP, READY, DRAIN, RECORD, PUSH, CONTROL, TIMELINE = range(7)
@@ -164,8 +165,13 @@ class DaySimulation:
         return values[min(len(values) - 1, math.ceil(0.99 * len(values)) - 1)]
 
     def _control(self) -> None:
-        if self.policy is None:
-            self._apply_target(self.config.policy.num_replicas)
+        spec = self.config.policy
+        if spec.kind == "fixed":
+            self._apply_target(spec.num_replicas)
+            return
+        if spec.kind == "schedule":
+            wanted = spec.count_at(self.now - self.config.traffic.start_s)
+            self._apply_target(min(self.config.pool.max_replicas, max(self.config.pool.min_replicas, wanted)))
             return
         serving = self.pool.serving()
         look = self.controls.look_back_period_s
@@ -297,6 +303,10 @@ class DaySimulation:
             scale_events=self.scale_events,
             replica_timeline=self.timeline,
         )
+
+    def within_slo(self) -> np.ndarray:
+        """Per request of the day (after run): completed within the SLOs (results.within_slo)."""
+        return within_slo(self.config.pool.slo, self.day.arrival_s, self.first_s, self.finish_s, self.output_tokens)
 
     def _warm_hours(self) -> float:
         """Initial replicas were requested startup_s before the day; that warm-up is not billed."""

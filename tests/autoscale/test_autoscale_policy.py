@@ -100,15 +100,28 @@ def test_rule_upscale_waits_for_delay():
 
 
 def test_rule_guard_adds_a_replica_on_measured_breach():
-    breach = report(0.5, itl_p95_ms=200.0)  # model says 1 replica; measured ITL p95 200 ms > 35.7 ms
-    n, _, decision = call(Ctx(target=2, reports=[breach, report(0.5)]))
+    # model says 1 replica; measured: pooled misses (50 * 0.2 + 50 * 0) / 100 = 0.1 > 0.05
+    breach = [report(0.5, slo_miss_ratio=0.2), report(0.5)]
+    n, _, decision = call(Ctx(target=2, reports=breach))
     assert n == 3 and decision.reason == "up: guard"
-    # a replica still starting (current 1 < target 2): wait for it, and do not scale down either
-    n, _, decision = call(Ctx(target=2, current=1, reports=[breach]))
+    # a replica still starting (current 2 < target 3): wait for it, and do not scale down either
+    n, _, decision = call(Ctx(target=3, current=2, reports=breach))
+    assert n == 3
+    # too few requests in the windows (5 + 5 < 20): the breach is noise
+    few = [report(0.5, slo_miss_ratio=1.0, num_window_requests=5.0), report(0.5, num_window_requests=5.0)]
+    n, _, _ = call(Ctx(target=2, reports=few))
     assert n == 2
-    # too few requests in the window: the breach is noise
-    n, _, _ = call(Ctx(target=2, reports=[report(0.5, itl_p95_ms=200.0, num_window_requests=5.0), report(0.5)]))
-    assert n == 2
+
+
+def test_rule_guard_pools_the_misses_over_replicas():
+    # one replica misses 8% of its 50 requests, three miss none: (50 * 0.08) / 200 = 0.02 <= 0.05
+    n, _, decision = call(Ctx(target=4, reports=[report(0.5, slo_miss_ratio=0.08)] + [report(0.5)] * 3))
+    assert decision.reason != "up: guard" and n <= 4
+    # exactly at the ratio is not a breach; just past it is: 100 * 0.05 / 100 vs 100 * 0.06 / 100
+    n, _, decision = call(Ctx(target=2, reports=[report(0.5, slo_miss_ratio=0.05)] * 2))
+    assert decision.reason != "up: guard"
+    n, _, decision = call(Ctx(target=2, reports=[report(0.5, slo_miss_ratio=0.06)] * 2))
+    assert (n, decision.reason) == (3, "up: guard")
 
 
 def test_rule_hysteresis_band_holds():
