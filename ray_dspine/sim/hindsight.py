@@ -143,7 +143,7 @@ def hindsight_day(
         sim = DaySimulation(config.model_copy(update={"pool": sim_pool, "policy": FixedPolicySpec(num_replicas=n)}),
                             trace, profile, day)  # fmt: skip
         result = sim.run()
-        missed, requests = misses_by_bin(sim.within_slo(), day.arrival_s, traffic.start_s, bin_s, num_bins)
+        missed, _ = misses_by_bin(sim.within_slo(), day.arrival_s, traffic.start_s, bin_s, num_bins)
         sizes.append(n)
         rows.append(missed)
         fixed.append(FixedDay(
