@@ -73,9 +73,7 @@ def resolve_pool(args: argparse.Namespace) -> tuple[PoolSimConfig, TrafficConfig
         return _resolve_pool(args)
     except ValidationError as exc:
         raise _flag_error(exc) from exc
-    except (OSError, KeyError, ValueError, yaml.YAMLError) as exc:
-        if isinstance(exc, SetupError):
-            raise
+    except (OSError, ValueError, yaml.YAMLError) as exc:  # reading --config (pool_from_cluster_yaml)
         raise SetupError(f"argument --config: {exc}") from exc
 
 

@@ -77,13 +77,10 @@ def _figures(trial: Trial) -> dict:
 def _seeds(text: str) -> list[int]:
     if text.strip().lower() in ("", "none"):
         return []
-    try:
-        seeds = [int(part) for part in text.split(",")]
-    except ValueError:
-        seeds = [-1]
-    if min(seeds) < 0:
+    parts = [part.strip() for part in text.split(",")]
+    if not all(part.isdigit() for part in parts):
         raise SetupError(f"argument --validation-seeds: comma-separated seeds >= 0, e.g. 2,3, or 'none' (got {text!r})")
-    return seeds
+    return [int(part) for part in parts]
 
 
 @cli_errors

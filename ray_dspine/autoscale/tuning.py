@@ -110,7 +110,6 @@ def validate(
     *,
     min_attainment: float,
     max_validations: int | None = None,
-    progress: Callable[[Trial], None] | None = None,
 ) -> tuple[list[Trial], list[Trial]]:
     """Apply the validate rule; returns (the new ranking, the validation-day trials in the order run)."""
     checked: list[Trial] = []
@@ -118,8 +117,6 @@ def validate(
     for trial in feasible if max_validations is None else feasible[:max_validations]:
         check = Trial(params=trial.params, result=evaluate(trial.params))
         checked.append(check)
-        if progress is not None:
-            progress(check)
         if check.result.slo_attainment >= min_attainment:
             return [trial] + [t for t in ranked if t is not trial], checked
     return ranked, checked

@@ -46,14 +46,14 @@ def solve_alpha(mean: float, draft_tokens: int) -> float:
     return 0.5 * (lo + hi)
 
 
-def draw_step_tokens(alpha: float, draft_tokens: int, rng: random.Random) -> int:
-    """Tokens one verify step produces: min(D, 1 + floor(ln u / ln alpha))."""
+def draw_step_tokens(alpha: float, draft_tokens: int, rng: random.Random, log_alpha: float | None = None) -> int:
+    """Tokens one verify step produces: min(D, 1 + floor(ln u / ln alpha)); log_alpha = ln(alpha) if known."""
     if alpha <= 0.0:
         return 1
     if alpha >= 1.0:
         return draft_tokens
     u = 1.0 - rng.random()  # in (0, 1]
-    return min(draft_tokens, 1 + int(math.log(u) / math.log(alpha)))
+    return min(draft_tokens, 1 + int(math.log(u) / (math.log(alpha) if log_alpha is None else log_alpha)))
 
 
 class RequestAcceptance:
@@ -64,14 +64,10 @@ class RequestAcceptance:
         self.draft_tokens = draft_tokens
         self.alpha = solve_alpha(mean, draft_tokens)
         self._rng = rng
-        self._log_alpha = math.log(self.alpha) if 0.0 < self.alpha < 1.0 else 0.0
+        self._log_alpha = math.log(self.alpha) if 0.0 < self.alpha < 1.0 else None  # once per request
 
     def draw(self) -> int:
-        """draw_step_tokens(alpha, D, rng), with ln(alpha) computed once (the same numbers)."""
-        if self._log_alpha == 0.0:
-            return draw_step_tokens(self.alpha, self.draft_tokens, self._rng)
-        u = 1.0 - self._rng.random()
-        return min(self.draft_tokens, 1 + int(math.log(u) / self._log_alpha))
+        return draw_step_tokens(self.alpha, self.draft_tokens, self._rng, self._log_alpha)
 
 
 class AcceptanceModel:

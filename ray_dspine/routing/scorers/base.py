@@ -18,5 +18,13 @@ class Scorer(Protocol):
         ...
 
 
+def relative(estimates_s: Sequence[float], slack_s: float) -> list[float]:
+    """(min + slack) / (est + slack): 1 for the best estimate, falling as an estimate grows past it."""
+    if not estimates_s:
+        return []
+    best = min(estimates_s)
+    return [(best + slack_s) / (est + slack_s) for est in estimates_s]
+
+
 def clip01(value: float) -> float:
     return 0.0 if value < 0.0 else 1.0 if value > 1.0 else value

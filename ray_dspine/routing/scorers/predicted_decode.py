@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ray_dspine.routing.scorers.predicted_ttft import relative
+from ray_dspine.routing.scorers.base import relative
 from ray_dspine.routing.types import ReplicaView, RequestView
 
 

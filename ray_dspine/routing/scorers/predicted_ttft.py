@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ray_dspine.routing.prefix_index import PrefixIndex
+from ray_dspine.routing.scorers.base import relative
 from ray_dspine.routing.types import ReplicaView, RequestView
 
 
@@ -35,14 +36,6 @@ def uncached_tokens(request: RequestView, depth: int) -> int:
 def prefill_rate(view: ReplicaView, default_tokens_per_s: float) -> float:
     rate = view.load.prefill_tokens_per_s
     return rate if rate > 0.0 else default_tokens_per_s
-
-
-def relative(estimates_s: Sequence[float], slack_s: float) -> list[float]:
-    """(min + slack) / (est + slack): 1 for the best, falling as an estimate grows past it."""
-    if not estimates_s:
-        return []
-    best = min(estimates_s)
-    return [(best + slack_s) / (est + slack_s) for est in estimates_s]
 
 
 class PredictedTtftScorer:
