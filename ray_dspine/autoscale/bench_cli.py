@@ -23,7 +23,6 @@ from ray_dspine.autoscale.baselines import RayDefaultSettings, TtftRuleSettings
 from ray_dspine.autoscale.plot import arrivals_per_quarter_hour, plot_day
 from ray_dspine.autoscale.sim_setup import (
     add_pool_arguments,
-    cli_errors,
     base_policy_config,
     command_line,
     remember_command,
@@ -33,6 +32,7 @@ from ray_dspine.autoscale.sim_setup import (
     SetupError,
     tuned_policy_config,
 )
+from ray_dspine.cli_errors import cli_errors
 from ray_dspine.sim.config import OursPolicy, RayDefaultPolicySpec, SimConfig, TtftRulePolicySpec
 from ray_dspine.sim.hindsight import hindsight_day
 from ray_dspine.sim.run import load_day, simulate_day

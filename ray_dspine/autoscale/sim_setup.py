@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import functools
 import shlex
-import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -16,6 +13,7 @@ from ray_dspine.autoscale.calibration import capacity_from_profile
 from ray_dspine.autoscale.config import CostAutoscalingConfig, SloTargets
 from ray_dspine.autoscale.sim_pools import TWIN_POOLS, pool_from_cluster_yaml
 from ray_dspine.bench.traces.loader import TraceNotFoundError
+from ray_dspine.cli_errors import CliError, flag_error
 from ray_dspine.engines.simulated.profile import SimProfile, load_profile
 from ray_dspine.sim.config import PoolSimConfig, TrafficConfig
 from ray_dspine.sim.traces import TraceTable, load_trace_table
@@ -28,29 +26,12 @@ FLAG_OF_FIELD = {
 }  # fmt: skip
 
 
-class SetupError(ValueError):
+class SetupError(CliError):
     """A flag or file the simulated day cannot be built from; the message names it and the fix."""
 
 
 def _flag_error(exc: ValidationError) -> SetupError:
-    error = exc.errors()[0]
-    field = next((str(part) for part in reversed(error["loc"]) if isinstance(part, str)), "")
-    flag = FLAG_OF_FIELD.get(field, field or "arguments")
-    return SetupError(f"argument {flag}: {error['msg']} (got {error.get('input')!r})")
-
-
-def cli_errors(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """Report SetupError as `error: ...` on stderr with exit status 2, like argparse does."""
-
-    @functools.wraps(run)
-    def wrapper(args: argparse.Namespace) -> int:
-        try:
-            return run(args)
-        except SetupError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-
-    return wrapper
+    return flag_error(exc, FLAG_OF_FIELD, SetupError)
 
 
 def add_pool_arguments(parser: argparse.ArgumentParser) -> None:

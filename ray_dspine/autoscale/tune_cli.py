@@ -15,7 +15,6 @@ import yaml
 
 from ray_dspine.autoscale.sim_setup import (
     add_pool_arguments,
-    cli_errors,
     base_policy_config,
     command_line,
     remember_command,
@@ -27,6 +26,7 @@ from ray_dspine.autoscale.sim_setup import (
     tuned_policy_config,
 )
 from ray_dspine.autoscale.tuning import SEARCH_SPACE, Trial, apply_point, tune, validate
+from ray_dspine.cli_errors import cli_errors
 from ray_dspine.sim.config import OursPolicy, SimConfig
 from ray_dspine.sim.run import load_day, simulate_day
 

@@ -10,6 +10,12 @@ output tokens/s, the replicas' prefix-hit rate, requests that waited for memory,
 peak KV / state utilization per replica (engine counters read from each replica actor). Every figure
 comes from the simulated engine: timings are the calibrated twin's, in wall seconds at
 `engine_time_scale` wall seconds per simulated GPU second.
+`--repeats R` replays the slice R times per router, interleaved (pow2, cache_aware, ours, pow2, ...)
+so that a slow spell of the host hits every router alike, and pools the requests of all replays into
+each router's figures (routing_results.py). `--virtual` skips Ray and the wall clock altogether
+(routing_virtual.py).
+Bad flags and an empty or missing slice are reported as `error: argument --flag: ...`, exit status 2,
+before Ray starts.
 """
 
 from __future__ import annotations
@@ -22,10 +28,14 @@ import sys
 import time
 
 import httpx
+from pydantic import ValidationError
+
+from ray_dspine.cli_errors import CliError, cli_errors, flag_error
 
 from .client import ClientSettings, StreamingClient
+from .records import RequestRecord
 from .replay import ReplayConfig, ReplaySink, replay
-from .routing_results import Goal, RouterFigures, format_table, goals, router_figures
+from .routing_results import Goal, RouterFigures, format_table, goals, reduction_ceilings, router_figures
 from .routing_workload import (
     BENCH_MODEL,
     BENCH_POOL,
@@ -37,6 +47,8 @@ from .routing_workload import (
     load_slice,
     ttft_floors_by_request,
 )
+from .traces.loader import TraceNotFoundError
+from .traces.model import TraceRequest
 
 RATIONALE = (
     "Load where placement matters: the Mooncake conversation trace's first 1,200 s, a 10% sample of its "
@@ -53,6 +65,13 @@ HELP = (
     "compare routers (Ray pow2, cache_aware, ours) through real Ray Serve on simulated replicas; starts its "
     "own local Ray cluster with RAY_AUTH_MODE=disabled"
 )
+FLAG_OF_FIELD = {
+    "trace": "--trace", "traces_dir": "--traces-dir", "num_replicas": "--replicas", "routers": "--routers",
+    "window_start_s": "--window-start-s", "window_s": "--window-s", "session_fraction": "--session-fraction",
+    "arrival_scale": "--arrival-scale", "session_rate_per_s": "--session-rate",
+    "engine_time_scale": "--engine-time-scale", "max_tokens_cap": "--max-tokens-cap", "seed": "--seed",
+    "repeats": "--repeats",
+}  # fmt: skip
 CHECK_COUNTERS = ("num_submitted", "num_admitted", "num_finished", "num_prefix_hit_tokens", "num_prefill_tokens",
                   "num_output_tokens", "num_waited_for_memory", "num_waited_for_state_slots")  # fmt: skip
 
@@ -75,6 +94,17 @@ def register(subparsers) -> None:
     parser.add_argument("--engine-time-scale", type=float, default=None, help="wall s per simulated s (default 0.5)")
     parser.add_argument("--max-tokens-cap", type=int, default=None, help="cap on max_tokens (default 128; 0: none)")
     parser.add_argument("--seed", type=int, default=None, help="session sampling and engine draws (default 0)")
+    parser.add_argument(
+        "--repeats", type=int, default=None,
+        help="replays per router, interleaved pow2, cache_aware, ours, pow2, ...; figures pool them (default 1)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--virtual", action="store_true",
+        help="replay in virtual time without Ray (seconds, deterministic; the same cores and routers)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--engine-seeds", default="0,1,2", help="--virtual: comma list of engine seeds, one replay each (default 0,1,2)"
+    )
     parser.add_argument("--out", default=None, help="also write the JSON to this file")
     parser.add_argument("--json", action="store_true", help="print JSON only (progress still goes to stderr)")
     parser.set_defaults(func=routing_main)
@@ -92,13 +122,17 @@ def settings_from_args(args) -> RoutingBenchSettings:
         "session_rate_per_s": args.session_rate,
         "engine_time_scale": args.engine_time_scale,
         "seed": args.seed,
+        "repeats": args.repeats,
     }
     values.update({k: v for k, v in options.items() if v is not None})
     if args.max_tokens_cap is not None:
         values["max_tokens_cap"] = args.max_tokens_cap or None
     if args.routers:
         values["routers"] = [name.strip() for name in args.routers.split(",") if name.strip()]
-    return RoutingBenchSettings(trace=args.trace, **values)
+    try:
+        return RoutingBenchSettings(trace=args.trace, **values)
+    except ValidationError as exc:
+        raise flag_error(exc, FLAG_OF_FIELD) from exc
 
 
 def progress(message: str) -> None:
@@ -143,9 +177,10 @@ def subtract(after: list[dict], before: list[dict]) -> list[dict]:
     return out
 
 
-def run_router(
-    policy: str, endpoint: str, requests, settings: RoutingBenchSettings, floors_sim_s: dict[str, float]
-) -> RouterFigures:
+def replay_router(
+    policy: str, endpoint: str, requests, settings: RoutingBenchSettings, replay_index: int
+) -> tuple[list[RequestRecord], list[dict]]:
+    """Deploy the app with this router and replay the slice once: (records tagged with the replay, counters)."""
     from . import routing_cluster as cluster
 
     cluster.deploy(bench_app_config(settings, policy), endpoint)
@@ -156,9 +191,19 @@ def run_router(
         after = cluster.read_replica_counters(BENCH_POOL)
     finally:
         cluster.undeploy()
-    label = ROUTER_LABELS.get(policy, policy)
-    counters = subtract(after, before)
-    return router_figures(policy, label, sink.records, counters, settings.engine_time_scale, floors_sim_s)
+    records = [r.model_copy(update={"repetition": replay_index}) for r in sink.records]
+    return records, subtract(after, before)
+
+
+def load_bench_slice(settings: RoutingBenchSettings) -> list[TraceRequest]:
+    """The slice's requests; a missing trace or an empty slice is the flag's error."""
+    try:
+        _trace, requests = load_slice(settings)
+    except TraceNotFoundError as exc:
+        raise CliError(f"argument --trace: {exc}") from exc
+    if not requests:
+        raise CliError("argument --window-s: the slice holds no request: widen --window-s or raise --session-fraction")
+    return requests
 
 
 def run_bench(settings: RoutingBenchSettings) -> tuple[dict, dict[str, RouterFigures], list[Goal]]:
@@ -166,9 +211,7 @@ def run_bench(settings: RoutingBenchSettings) -> tuple[dict, dict[str, RouterFig
     from . import routing_cluster as cluster
 
     started = time.monotonic()
-    _trace, requests = load_slice(settings)
-    if not requests:
-        raise ValueError("the slice holds no request: widen --window-s or raise --session-fraction")
+    requests = load_bench_slice(settings)
     slice_info = describe_slice(requests, settings)
     floors = ttft_floors_by_request(requests, settings)
     progress(
@@ -176,23 +219,32 @@ def run_bench(settings: RoutingBenchSettings) -> tuple[dict, dict[str, RouterFig
         f"{len(settings.routers)} routers x {settings.num_replicas} simulated replicas; starting Ray"
     )
     endpoint = cluster.start_cluster(settings.ray_num_cpus)
-    figures: dict[str, RouterFigures] = {}
+    records: dict[str, list[RequestRecord]] = {policy: [] for policy in settings.routers}
+    counters: dict[str, list[dict]] = {policy: [] for policy in settings.routers}
+    runs = [(rep, policy) for rep in range(settings.repeats) for policy in settings.routers]
     try:
-        for index, policy in enumerate(settings.routers, start=1):
+        for index, (rep, policy) in enumerate(runs, start=1):
             begun = time.monotonic()
-            f = run_router(policy, endpoint, requests, settings, floors)
-            figures[policy] = f
+            these_records, these_counters = replay_router(policy, endpoint, requests, settings, rep)
+            records[policy].extend(these_records)
+            counters[policy].extend(these_counters)
+            f = router_figures(policy, policy, these_records, these_counters, settings.engine_time_scale, floors)
             hit = "-" if f.prefix_hit_rate is None else f"{f.prefix_hit_rate:.3f}"
             p99 = "-" if f.ttft_p99_s is None else f"{f.ttft_p99_s:.2f}"
             excess = "-" if f.ttft_excess_p99_sim_s is None else f"{f.ttft_excess_p99_sim_s:.2f}"
             progress(
-                f"[{index}/{len(settings.routers)}] {policy}: {f.num_ok}/{f.num_requests} ok, TTFT p99 {p99} s "
+                f"[{index}/{len(runs)}] {policy}: {f.num_ok}/{f.num_requests} ok, TTFT p99 {p99} s "
                 f"(over the floor: {excess} simulated s), "
                 f"prefix hit {hit}, waited for memory {f.num_waited_for_memory}, retractions {f.num_retractions} "
                 f"({time.monotonic() - begun:.0f} s)"
             )
     finally:
         cluster.stop_cluster()
+    figures = {
+        policy: router_figures(policy, ROUTER_LABELS.get(policy, policy), records[policy], counters[policy],
+                               settings.engine_time_scale, floors)  # fmt: skip
+        for policy in settings.routers
+    }
     checks = goals(figures)
     return {
         "simulated": True,
@@ -202,13 +254,17 @@ def run_bench(settings: RoutingBenchSettings) -> tuple[dict, dict[str, RouterFig
         "slice": slice_info,
         "routers": {name: f.model_dump(mode="json") for name, f in figures.items()},
         "goals": [g.model_dump(mode="json") for g in checks],
+        "ttft_p99_reduction_ceiling": reduction_ceilings(figures, slice_info["ttft_floor_p99_sim_s"]),
         "all_goals_met": all(g.met for g in checks) if checks else None,
         "wall_s": time.monotonic() - started,
     }, figures, checks
 
 
+@cli_errors
 def routing_main(args) -> int:
     settings = settings_from_args(args)
+    if args.virtual:
+        return virtual_main(args, settings)
     # Ray prints its own notices (e.g. "(raylet) ...") on stdout; keep stdout for the result alone.
     with contextlib.redirect_stdout(sys.stderr):
         result, figures, checks = run_bench(settings)
@@ -220,5 +276,34 @@ def routing_main(args) -> int:
         print(text)
     else:
         print(format_table(figures, checks))
+        floor = result["slice"]["ttft_floor_p99_sim_s"]
+        for name, ceiling in result["ttft_p99_reduction_ceiling"].items():
+            if ceiling is not None:
+                print(f"ceiling vs {name}: at most {ceiling:.3f} (p99 at the slice's floor, {floor:.2f} simulated s)")
         print(f"total wall time {result['wall_s']:.0f} s")
+    return 0
+
+
+def parse_seeds(text: str) -> list[int]:
+    try:
+        seeds = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        seeds = []
+    if not seeds or min(seeds) < 0:
+        raise CliError(f"argument --engine-seeds: comma-separated seeds >= 0, e.g. 0,1,2 (got {text!r})")
+    return seeds
+
+
+def virtual_main(args, settings: RoutingBenchSettings) -> int:
+    from .routing_virtual_report import format_virtual_table, run_virtual_bench
+
+    seeds = parse_seeds(args.engine_seeds)
+    requests = load_bench_slice(settings)
+    result = run_virtual_bench(requests, settings, seeds, progress)
+    result["command_line"] = list(sys.argv)
+    text = json.dumps(result, indent=2)
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+    print(text if args.json else format_virtual_table(result))
     return 0

@@ -19,13 +19,15 @@ needs its own prefill step: floor_i = base_ms + per_token_ms * (P_i - h_i * B) (
 App rule: one pool `bench` of `num_replicas` simulated replicas sized by the capacity plan of
 `capacity` (the DSpine pool of clusters/sim.yaml), every reasoning level routed to it,
 max_ongoing_requests = the plan's running-request limit, and `RouterConfig(policy=p)` for the router
-p under test; nothing else differs between routers.
+p under test, its GPU-second defaults (ttft_tolerance_s, latency_slack_s) times engine_time_scale;
+nothing else differs between routers.
 Complexity: O(n log n) for n trace requests; the floor O(total prompt characters).
 """
 
 from __future__ import annotations
 
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -110,6 +112,9 @@ class RoutingBenchSettings(BaseModel):
     workload: str = Field(default="swe-bench-pro-xhigh", description="Acceptance figures to draw from.")
     drafter: Literal["dspine", "dflash2", "none"] = "dspine"
     seed: int = Field(default=0, ge=0, description="Session sampling, arrival spreading and engine draws.")
+    repeats: int = Field(
+        default=1, ge=1, le=20, description="Replays of the slice per router, interleaved; figures pool them all."
+    )
     request_timeout_s: float = Field(default=300.0, gt=0.0, description="Per-request deadline, wall seconds.")
     ray_num_cpus: int = Field(default=2, ge=1, description="CPUs the local Ray cluster declares.")
 
@@ -162,6 +167,26 @@ def ttft_floor_sim_s(requests: list[TraceRequest], settings: RoutingBenchSetting
     return list(ttft_floors_by_request(requests, settings).values())
 
 
+@dataclass(frozen=True)
+class IngressView:
+    """A trace request as the ingress hands it to the router: block hashes and token estimates."""
+
+    prefix_hashes: tuple[str, ...]
+    prompt_tokens: int
+    max_tokens: int
+
+
+def ingress_view(request: TraceRequest, client: ClientSettings) -> IngressView:
+    """The body the bench client sends, hashed and counted as the ingress does (4 characters a token)."""
+    body = build_body(request, client)
+    text = conversation_text(body["messages"]) if "messages" in body else str(body["prompt"])
+    return IngressView(
+        prefix_hashes=tuple(prefix_hashes(text, PREFIX_BLOCK_CHARS)),
+        prompt_tokens=len(text) // CHARS_PER_TOKEN + 1,
+        max_tokens=int(body["max_tokens"]),
+    )
+
+
 def ttft_floors_by_request(requests: list[TraceRequest], settings: RoutingBenchSettings) -> dict[str, float]:
     """The floor rule: trace request id -> floor (simulated seconds), in arrival order."""
     profile = load_profile(settings.profile)
@@ -170,10 +195,8 @@ def ttft_floors_by_request(requests: list[TraceRequest], settings: RoutingBenchS
     seen: set[str] = set()
     floors: dict[str, float] = {}
     for request in sorted(requests, key=lambda r: r.arrival_s):
-        body = build_body(request, client)
-        text = conversation_text(body["messages"]) if "messages" in body else str(body["prompt"])
-        hashes = prefix_hashes(text, PREFIX_BLOCK_CHARS)
-        prompt_tokens = len(text) // CHARS_PER_TOKEN + 1  # the ingress estimate
+        view = ingress_view(request, client)
+        hashes, prompt_tokens = view.prefix_hashes, view.prompt_tokens
         num_hit = 0
         for block_hash in hashes:
             if block_hash not in seen:
@@ -200,6 +223,19 @@ def describe_slice(requests: list[TraceRequest], settings: RoutingBenchSettings)
     }
 
 
+def gpu_seconds_in_wall_time(engine_time_scale: float) -> dict[str, float]:
+    """The router's defaults that are GPU seconds, as wall seconds of engines at this time scale.
+
+    The replicas report wall-clock rates (a simulated engine divides its rate by time_scale), so a
+    router's tolerance of 5 GPU seconds is 5 * time_scale wall seconds here.
+    """
+    defaults = RouterConfig.model_fields
+    return {
+        "ttft_tolerance_s": defaults["ttft_tolerance_s"].default * engine_time_scale,
+        "latency_slack_s": defaults["latency_slack_s"].default * engine_time_scale,
+    }
+
+
 def bench_app_config(settings: RoutingBenchSettings, policy: PolicyName) -> AppConfig:
     """The app for one router: identical for every policy except `router.policy`."""
     engine = SimulatedEngineConfig(
@@ -214,6 +250,7 @@ def bench_app_config(settings: RoutingBenchSettings, policy: PolicyName) -> AppC
         policy=policy,
         stale_after_s=settings.stale_after_s,
         assumed_stats_age_s=settings.routing_stats_period_s,
+        **gpu_seconds_in_wall_time(settings.engine_time_scale),
     )
     probe = PoolConfig(name=BENCH_POOL, engine=engine)
     plan = plan_pool(probe)

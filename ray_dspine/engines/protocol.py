@@ -98,10 +98,14 @@ class LoadSnapshot(BaseModel):
         default=0, ge=0, description="Uncached prompt tokens of queued and not yet prefilled requests."
     )
     prefill_tokens_per_s: float = Field(
-        default=0.0, ge=0.0, description="Prefill rate of one replica, tokens/s (0: not known to the engine)."
+        default=0.0,
+        ge=0.0,
+        description="Prefill rate of one replica, tokens per wall-clock second (0: not known to the engine).",
     )
     decode_step_ms: float = Field(
-        default=0.0, ge=0.0, description="One decode step with one more running request, ms (0: not known)."
+        default=0.0,
+        ge=0.0,
+        description="One decode step with one more running request, wall-clock ms (0: not known).",
     )
     accept_length_ema: float = 1.0
     drafter_active: bool = False

@@ -22,12 +22,19 @@ _SHARE_SUM_SLACK = 1e-9
 class ScorerWeights(BaseModel):
     """Weight of each scorer in the headroom pipeline's weighted sum (0 turns a scorer off).
 
-    The defaults were chosen by replaying the `bench routing` Mooncake slice in virtual time over a grid
+    The defaults were chosen by replaying the `bench routing` Mooncake slice in virtual time
+    (`ray-dspine bench routing --virtual`, which runs these routers on the replicas' own cores) over a grid
     (predicted_ttft 1-16, prefix_match 1-8, session_affinity 0.5-4): the lowest p99 TTFT whose prefix-hit
     rate stays at least the cache_aware baseline's. predicted_decode is off: at weight 1-2 it raised
     that replay's p99 TTFT by 9-14% at the two heavier loads (and lowered it 9% at the lightest); on
     the tau-bench replay a weight of 8 spreads sessions that share one system prompt and halves
     end-to-end p99, at twice the Mooncake p99 TTFT.
+    The TTFT guard (`RouterConfig.ttft_tolerance_s`, 5 s) came from the same virtual replay over six
+    slices (session-sampling seeds 0-5, engine seeds 0-1), each replica's prefix index sized to its KV
+    cache: against cache_aware, p99 TTFT fell by 4.8% on average without the guard and by 12.1 / 10.8 /
+    9.3 / 9.0% with 3 / 5 / 8 / 10 s, at prefix-hit rates 0.16 points (no guard) and 0.97 / 0.51 /
+    0.19 / 0.16 points (3 / 5 / 8 / 10 s) under cache_aware's; 5 s keeps most of the p99 gain for half
+    the hit-rate cost of 3 s.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -98,7 +105,15 @@ class RouterConfig(BaseModel):
         default_factory=CacheAwareConfig, description="Parameters of the cache_aware baseline."
     )
     prefix_index_capacity_blocks: int = Field(
-        default=8192, ge=1, description="Prefix blocks remembered per replica (LRU beyond this)."
+        default=8192,
+        ge=1,
+        description="Most prefix blocks remembered per replica (LRU beyond this); a replica that reports "
+        "its KV size is held to the blocks that size can cache, if fewer.",
+    )
+    prefix_block_tokens: int = Field(
+        default=512,
+        ge=1,
+        description="Tokens per prefix-hash block (the ingress hashes 2,048-character blocks, ~512 tokens).",
     )
     session_table_capacity: int = Field(
         default=100_000, ge=1, description="Sessions remembered (LRU beyond this)."
@@ -124,6 +139,12 @@ class RouterConfig(BaseModel):
         default=256,
         ge=1,
         description="predicted_decode: output tokens a request is expected to decode when its max_tokens is larger.",
+    )
+    ttft_tolerance_s: float | None = Field(
+        default=5.0,
+        ge=0.0,
+        description="headroom: only replicas whose predicted TTFT is within this many seconds of the "
+        "best are scored (ttft_guard.py); None turns the guard off.",
     )
     assumed_stats_age_s: float = Field(
         default=1.0,

@@ -1,16 +1,20 @@
 """The headroom routing pipeline: reservations, filters, weighted scorers, picker.
 
+    index    = each reporting replica's prefix-index capacity set to
+               min(prefix_index_capacity_blocks, total_kv_tokens(r) // prefix_block_tokens)
     views    = ledger.apply(replicas)                        (placements not yet in the reports)
     kept     = { r in views : keep(q, r) }                   (filters.py)
     if kept is empty and some replica never reported: rank those by requests in flight, replica_id
     if kept is empty and never_fits(q): rank healthy replicas by requests in flight, replica_id
                                      (waiting cannot help; the engine refuses it with a clear error)
     if kept is empty otherwise:  wait (the request stays queued; it is not placed to be retracted)
-    ranking  = picker.rank(kept, sum_s w_s * score_s)        (scorers/*, picker.py), then unreported
+    near     = ttft_guard.keep(q, kept) when ttft_tolerance_s is set, else kept     (ttft_guard.py)
+    ranking  = picker.rank(near, sum_s w_s * score_s)        (scorers/*, picker.py), then unreported
 
 `on_placed(q, r)` records r in the ledger (with q's uncached prompt tokens on r, predicted_ttft.py),
 the prefix index (all of q's blocks) and the session table; `on_completed` releases the ledger
 entry. Parameters: see `RouterConfig`.
+A replica the guard drops is listed in `Decision.rejected` with its predicted TTFT.
 Complexity per decision: O(R) filters + O(n * R) prefix walk + O(S * R + R log R) scoring and ranking.
 """
 
@@ -28,6 +32,7 @@ from ray_dspine.routing.reservations import ReservationLedger
 from ray_dspine.routing.scorers.base import Scorer
 from ray_dspine.routing.scorers.predicted_ttft import uncached_tokens
 from ray_dspine.routing.session_table import SessionTable
+from ray_dspine.routing.ttft_guard import TtftGuard
 from ray_dspine.routing.types import Decision, ReplicaView, RequestView
 
 
@@ -46,9 +51,11 @@ class RoutingPipeline:
         self.sessions = SessionTable(config.session_table_capacity)
         self.ledger = ReservationLedger(clock, horizon_s=config.drop_after_s)
         self._scorers: list[tuple[Scorer, float]] | None = None
+        self._guard: TtftGuard | None = None
 
     def choose(self, request: RequestView, replicas: Sequence[ReplicaView]) -> Decision:
         cfg = self._config
+        self._size_prefix_index(replicas)
         views = self.ledger.apply(replicas)
         result = filter_replicas(
             request,
@@ -70,18 +77,23 @@ class RoutingPipeline:
                 )
             return Decision((), wait=True, rejected=result.rejected, reason="no replica can hold the request")
 
+        candidates, rejected = result.kept, dict(result.rejected)
+        if cfg.ttft_tolerance_s is not None:
+            candidates, dropped = self._ttft_guard().keep(request, candidates)
+            rejected.update(dropped)
+
         scores: dict[str, list[float]] = {}
         latency_us: dict[str, float] = {}
         weights: dict[str, float] = {}
         for scorer, weight in self._weighted_scorers():
             start = self._timer()
-            scores[scorer.name] = scorer.score(request, result.kept)
+            scores[scorer.name] = scorer.score(request, candidates)
             latency_us[scorer.name] = (self._timer() - start) * 1e6
             weights[scorer.name] = weight
-        totals = weighted_totals(result.kept, scores, weights)
-        ranked = rank(result.kept, totals) + fallback
+        totals = weighted_totals(candidates, scores, weights)
+        ranked = rank(candidates, totals) + fallback
         per_replica = {
-            name: {view.replica_id: value for view, value in zip(result.kept, values)}
+            name: {view.replica_id: value for view, value in zip(candidates, values)}
             for name, values in scores.items()
         }
         return Decision(
@@ -89,7 +101,7 @@ class RoutingPipeline:
             scores=per_replica,
             total_scores=totals,
             scorer_latency_us=latency_us,
-            rejected=result.rejected,
+            rejected=rejected,
             reason="scored",
         )
 
@@ -106,6 +118,20 @@ class RoutingPipeline:
         self.prefix_index.remove_replica(replica_id)
         self.sessions.remove_replica(replica_id)
         self.ledger.forget_replica(replica_id)
+
+    def _size_prefix_index(self, replicas: Sequence[ReplicaView]) -> None:
+        for view in replicas:
+            if view.reported and view.load.total_kv_tokens > 0:
+                blocks = max(1, view.load.total_kv_tokens // self._config.prefix_block_tokens)
+                capacity = min(self._config.prefix_index_capacity_blocks, blocks)
+                if self.prefix_index.capacity(view.replica_id) != capacity:
+                    self.prefix_index.resize(view.replica_id, capacity)
+
+    def _ttft_guard(self) -> TtftGuard:
+        if self._guard is None:
+            cfg = self._config
+            self._guard = TtftGuard(self.prefix_index, cfg.default_prefill_tokens_per_s, cfg.ttft_tolerance_s or 0.0)
+        return self._guard
 
     def _weighted_scorers(self) -> list[tuple[Scorer, float]]:
         if self._scorers is None:

@@ -6,11 +6,15 @@ map over hashes is a radix tree over blocks:
 
     depth(q, r) = max { k : h_0(q), ..., h_{k-1}(q) are all indexed for replica r }   (leading run)
     insert(q, r): mark h_0..h_{n-1} as cached on r, most recently used; each replica keeps at most
-                  `capacity_blocks` blocks, evicting its least recently used block first.
+                  capacity(r) blocks, evicting its least recently used block first.
+    capacity(r) = the value last given to `resize(r, c)`, else `capacity_blocks`
+                  (a router sizes each replica to the blocks its KV cache can hold: an engine evicts
+                  its least recently used prefix once the cache is full, and an index that kept more
+                  would send requests to prefixes that are gone)
 
 Insertion touches blocks last-to-first, so a prompt's leading blocks are the most recently used and a
 replica loses the tail of an old prompt before its head (leaves before ancestors, as a radix cache).
-Parameters: capacity_blocks >= 1 per replica (None: unbounded until `trim`).
+Parameters: capacity_blocks >= 1 per replica (None: unbounded until `trim`); resize(r, c): c >= 1.
 Complexity: insert O(n + evictions); depths O(sum_i |replicas holding h_i|) <= O(n * R); trim O(evictions).
 """
 
@@ -23,6 +27,7 @@ from typing import Iterable, Sequence
 class PrefixIndex:
     def __init__(self, capacity_blocks: int | None = None):
         self._capacity_blocks = capacity_blocks
+        self._replica_capacity: dict[str, int] = {}
         self._blocks: dict[str, OrderedDict[str, None]] = {}
         self._holders: dict[str, set[str]] = {}
 
@@ -34,8 +39,20 @@ class PrefixIndex:
             else:
                 blocks[block_hash] = None
                 self._holders.setdefault(block_hash, set()).add(replica_id)
-        if self._capacity_blocks is not None:
-            self._evict(replica_id, self._capacity_blocks)
+        capacity = self.capacity(replica_id)
+        if capacity is not None:
+            self._evict(replica_id, capacity)
+
+    def capacity(self, replica_id: str) -> int | None:
+        return self._replica_capacity.get(replica_id, self._capacity_blocks)
+
+    def resize(self, replica_id: str, capacity_blocks: int) -> None:
+        """Hold at most `capacity_blocks` blocks for this replica from now on (evicting LRU at once)."""
+        if capacity_blocks < 1:
+            raise ValueError(f"capacity_blocks must be >= 1, got {capacity_blocks}")
+        self._replica_capacity[replica_id] = capacity_blocks
+        if replica_id in self._blocks:
+            self._evict(replica_id, capacity_blocks)
 
     def depths(self, prefix_hashes: Sequence[str]) -> dict[str, int]:
         """Leading-run match depth (blocks) per replica with depth >= 1."""
@@ -61,6 +78,7 @@ class PrefixIndex:
         return self._blocks.keys()
 
     def remove_replica(self, replica_id: str) -> None:
+        self._replica_capacity.pop(replica_id, None)
         for block_hash in self._blocks.pop(replica_id, OrderedDict()):
             self._drop_holder(block_hash, replica_id)
 

@@ -226,3 +226,22 @@ def test_a_failing_core_ends_streams_with_abort_and_turns_unhealthy():
 
     rest, load = asyncio.run(main())
     assert rest[-1].finish_reason == "abort" and "boom" in rest[-1].error and not load.healthy
+
+
+def test_rule_load_reports_rates_in_wall_time():
+    clock = FakeClock()
+    config = SimulatedEngineConfig(profile="round", workload="full", drafter="none", time_scale=0.5)
+
+    async def main():
+        engine = SimulatedEngine(config, clock=clock, sleep=clock.sleep, profile=round_profile())
+        await engine.start()
+        load, core_load = engine.load(), engine.core.load()
+        await engine.stop()
+        return load, core_load
+
+    load, core_load = asyncio.run(main())
+    # the core: 1000 / 0.1 ms per token = 10,000 tokens per simulated second; one simulated second
+    # lasts 0.5 wall seconds, so 20,000 per wall second; a step of d simulated ms lasts 0.5 * d wall ms
+    assert core_load.prefill_tokens_per_s == pytest.approx(10_000.0)
+    assert load.prefill_tokens_per_s == pytest.approx(20_000.0)
+    assert core_load.decode_step_ms > 0 and load.decode_step_ms == pytest.approx(0.5 * core_load.decode_step_ms)

@@ -1,3 +1,5 @@
+import pytest
+
 from ray_dspine.routing.prefix_index import PrefixIndex
 from ray_dspine.routing.session_table import SessionTable
 
@@ -46,3 +48,18 @@ def test_rule_session_table_bounded_lru():
     assert table.last("s2") is None
     table.record(None, "r1")
     assert table.last(None) is None
+
+
+def test_rule_resize_sets_one_replicas_capacity_and_evicts_at_once():
+    index = PrefixIndex(capacity_blocks=8)
+    index.insert(["a0", "a1", "a2", "a3"], "r1")
+    index.insert(["a0", "a1", "a2", "a3"], "r2")
+    index.resize("r1", 2)  # LRU order a3, a2 (oldest), a1, a0 -> keeps a1, a0
+    assert index.capacity("r1") == 2 and index.capacity("r2") == 8
+    assert index.depths(["a0", "a1", "a2", "a3"]) == {"r1": 2, "r2": 4}
+    index.insert(["b0"], "r1")  # the new capacity holds on insert: evicts a1
+    assert index.num_blocks("r1") == 2 and index.depths(["a0", "a1"]) == {"r1": 1, "r2": 2}
+    index.remove_replica("r1")  # a replica that comes back starts from the default again
+    assert index.capacity("r1") == 8
+    with pytest.raises(ValueError, match="capacity_blocks must be >= 1"):
+        index.resize("r2", 0)

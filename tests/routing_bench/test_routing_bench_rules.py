@@ -7,7 +7,7 @@ import pytest
 
 from ray_dspine.bench.records import RequestRecord
 from ray_dspine.bench.routing_bench import register, settings_from_args, subtract
-from ray_dspine.bench.routing_results import goals, reduction, router_figures
+from ray_dspine.bench.routing_results import goals, reduction, reduction_ceilings, router_figures
 from ray_dspine.bench.routing_workload import (
     RoutingBenchSettings,
     bench_app_config,
@@ -145,6 +145,50 @@ def test_rule_goals():
     assert checks["retractions"].met
     assert reduction(None, 1.0) is None and reduction(1.0, 0.0) is None
     assert goals({"pow2": figures["pow2"]}) == []  # no ours, no goals
+
+
+def test_rule_reduction_ceiling_is_the_floor_against_each_baseline():
+    base = router_figures("x", "x", [record(0, 0.1, 1.0, 1, 0)], [], 1.0)
+    figures = {name: base.model_copy(update={"ttft_p99_sim_s": p99}) for name, p99 in
+               (("pow2", 16.0), ("cache_aware", 10.0), ("headroom", 9.0))}  # fmt: skip
+    # floor p99 8 s: 1 - 8 / 16 = 0.5 against pow2, 1 - 8 / 10 = 0.2 against cache_aware; ours left out
+    assert reduction_ceilings(figures, 8.0) == pytest.approx({"pow2": 0.5, "cache_aware": 0.2})
+
+
+def test_rule_replays_pool_their_requests_and_keep_each_p99():
+    # replay 0 sends at 1000-1002 and ends by 1005 (5 s); replay 1 is the same 100 s later (5 s)
+    first = [record(i, ttft, 1.0 + i, 10, 0) for i, ttft in enumerate((0.1, 0.2, 0.3))]
+    second = [
+        r.model_copy(update={"repetition": 1, "ttft_s": r.ttft_s * 2, "start_unix_s": r.start_unix_s + 100,
+                             "end_unix_s": r.end_unix_s + 100})
+        for r in first
+    ]  # fmt: skip
+    f = router_figures("headroom", "ours", first + second, [], 1.0)
+    # wall = 5 + 5 s (the 95 s between replays, when other routers ran, is not counted): 60 tokens / 10 s
+    assert f.num_replays == 2 and f.wall_s == pytest.approx(10.0) and f.output_tokens_per_s == pytest.approx(6.0)
+    # each replay's p99 (linear rule over 3 values): 0.2 + 0.98 * 0.1 = 0.298 and twice that
+    assert f.ttft_p99_s_by_replay == pytest.approx([0.298, 0.596])
+    # pooled p99 over 0.1, 0.2, 0.2, 0.3, 0.4, 0.6: h = 5 * 0.99 = 4.95 -> 0.4 + 0.95 * 0.2 = 0.59
+    assert f.ttft_p99_s == pytest.approx(0.59)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--replicas", "0"], "argument --replicas: Input should be greater than or equal to 1 (got 0)"),
+        (["--repeats", "0"], "argument --repeats: Input should be greater than or equal to 1 (got 0)"),
+        (["--routers", "bogus"], "argument --routers: Input should be 'headroom', 'cache_aware', 'least_load' or 'pow2'"),
+        (["--engine-time-scale", "-1"], "argument --engine-time-scale: Input should be greater than 0 (got -1.0)"),
+        (["--trace", "no-such-trace"], "argument --trace: 'no-such-trace' is neither a known trace"),
+        (["--window-s", "0.001"], "argument --window-s: the slice holds no request"),
+    ],
+)
+def test_cli_bad_input_is_named_with_exit_2_before_ray_starts(argv, message, capsys):
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    args = parser.parse_args(["routing", *argv])
+    assert args.func(args) == 2
+    assert capsys.readouterr().err.startswith("error: " + message)
 
 
 def test_probe_counts_are_taken_off_but_peaks_kept():

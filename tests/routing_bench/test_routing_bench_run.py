@@ -21,10 +21,10 @@ ROUTERS = ["pow2", "cache_aware", "headroom"]
 def test_tiny_routing_bench_reports_every_field_for_every_router():
     if not (default_traces_dir() / NAMED_TRACES["mooncake"]).is_file():
         pytest.skip("the Mooncake trace is not present")
-    # First 60 trace seconds, 5 % of the sessions, 3 replicas: a dozen requests per router.
+    # First 60 trace seconds, 5 % of the sessions, 3 replicas: a dozen requests per router, replayed twice.
     command = [
         sys.executable, "-m", "ray_dspine.cli", "bench", "routing", "--trace", "mooncake", "--replicas", "3",
-        "--window-s", "60", "--session-fraction", "0.05", "--json",
+        "--window-s", "60", "--session-fraction", "0.05", "--repeats", "2", "--json",
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -35,13 +35,16 @@ def test_tiny_routing_bench_reports_every_field_for_every_router():
     assert list(result["routers"]) == ROUTERS
     for name, figures in result["routers"].items():
         assert set(figures) == set(RouterFigures.model_fields), name
-        assert figures["num_ok"] == figures["num_requests"] == result["slice"]["num_requests"], figures["errors"]
-        assert len(figures["replicas"]) == 3
+        assert figures["num_ok"] == figures["num_requests"] == 2 * result["slice"]["num_requests"], figures["errors"]
+        assert len(figures["replicas"]) == 2 * 3  # each replay deploys 3 fresh replicas
+        assert figures["num_replays"] == 2 and len(figures["ttft_p99_s_by_replay"]) == 2
         for key in ("ttft_p50_s", "ttft_p99_s", "e2e_p99_s", "prefix_hit_rate"):
             assert figures[key] is not None, (name, key)
     assert result["routers"]["headroom"]["num_retractions"] == 0
     names = {Goal.model_validate(g).name for g in result["goals"]}
     assert names == {"ttft_p99_reduction_vs_pow2", "ttft_p99_reduction_vs_cache_aware",
                      "prefix_hit_rate_minus_cache_aware", "retractions"}  # fmt: skip
+    assert set(result["ttft_p99_reduction_ceiling"]) == {"pow2", "cache_aware"}
     progress = [line for line in done.stderr.splitlines() if line.startswith("[")]
-    assert len(progress) == 3  # one progress line per router
+    # one progress line per replay, interleaved: pow2, cache_aware, headroom, pow2, ...
+    assert [line.split("] ")[1].split(":")[0] for line in progress] == ROUTERS * 2

@@ -8,6 +8,9 @@ A request's stream ends with one chunk carrying finish_reason and usage; closing
 (client disconnect) cancels the request in the core, which frees its memory at once.
 If the loop falls behind (a busy CPU), simulated time still runs on: events come late, in order,
 with the simulated timeline unchanged.
+load() reports in wall time, as a real engine would, because routers age reports and drain backlogs
+by the wall clock: prefill_tokens_per_s = the core's rate / time_scale and decode_step_ms = the
+core's step * time_scale (token and request counts are not scaled).
 Parameters: time_scale in (0, 1000] wall s per simulated s.
 Complexity: O(events) per wake-up.
 """
@@ -154,6 +157,8 @@ class SimulatedEngine:
             return LoadSnapshot(healthy=False, engine="simulated")
         snapshot = self._core.load()
         snapshot.healthy = self._failure is None and self._task is not None
+        snapshot.prefill_tokens_per_s /= self.config.time_scale
+        snapshot.decode_step_ms *= self.config.time_scale
         return snapshot
 
     def describe(self) -> dict:

@@ -1,0 +1,238 @@
+"""`bench routing --virtual`: the same slice and routers, replayed in virtual time without Ray.
+
+Method. N simulated replica cores (the replicas' own `SimReplicaCore`, sized by the same capacity plan)
+run in simulated seconds; the routers are the same policy objects the Ray adapters run. Nothing waits
+on a wall clock, so a replay takes seconds and two replays with the same seeds give the same figures:
+the comparison Ray Serve's replay makes, without the host's scheduling noise (the Ray replay's TTFT
+tail moves by +-10% from run to run on 2 cores).
+
+Rules (simulated seconds throughout):
+  arrivals   a session's first turn arrives at its slice arrival; turn k at max(arrival_k, end of
+             turn k-1) (the open-loop rule of the Ray replay).
+  reports    replica k's load snapshot is taken every P = routing_stats_period_s / engine_time_scale,
+             the first at k * P / N (staggered); a router sees the latest with its age.
+  placement  pow2: two distinct replicas drawn uniformly (random.Random(seed)), the one with fewer
+             requests in flight (ties: the first drawn) - Ray's PowerOfTwoChoices on queue length;
+             other policies: policy.choose on the reports (the router's on_placed / on_completed
+             as the Ray adapter calls them). A request the policy makes wait is offered again every
+             RETRY_S until placed.
+  router     RouterConfig(policy, stale_after_s and assumed_stats_age_s in simulated seconds); its
+             GPU-second defaults (ttft_tolerance_s, latency_slack_s) apply as they are, since the
+             cores report simulated-second rates and the clock is simulated.
+  figures    TTFT p50/p99 and end-to-end p99 over all requests (percentiles as numpy's linear rule),
+             TTFT excess p99 over each request's floor, prefix-hit rate = hit / (hit + prefilled)
+             tokens over the cores' counters, requests per replica, retractions.
+Complexity: O(events * R) for R replicas, plus the policy's cost per decision.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..engines.protocol import LoadSnapshot
+from ..engines.simulated.core import SimReplicaCore
+from ..engines.simulated.profile import load_profile
+from ..engines.simulated.request import SimRequest
+from ..pools import apply_plan, plan_pool
+from ..routing.config import RouterConfig
+from ..routing.policies import RoutingPolicy, build_policy
+from ..routing.types import UNREPORTED_AGE_S, ReplicaView, RequestView
+from .client import ClientSettings
+from .routing_workload import BENCH_MODEL, RoutingBenchSettings, bench_app_config, ingress_view
+from .traces.model import TraceRequest
+
+# Simulated seconds between offers of a request the router made wait (Ray backs off 25 ms to 0.5 s).
+RETRY_S = 0.05
+
+
+class VirtualFigures(BaseModel):
+    """One router's virtual replay, in simulated seconds."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    router: str
+    engine_seed: int
+    num_requests: int
+    ttft_p50_sim_s: float
+    ttft_p99_sim_s: float
+    ttft_excess_p99_sim_s: float | None
+    e2e_p99_sim_s: float
+    prefix_hit_rate: float | None
+    num_retractions: int
+    requests_per_replica: list[int] = Field(description="Requests placed on each replica.")
+
+
+@dataclass(frozen=True)
+class _Turn:
+    index: int
+    request_id: str
+    session_id: str
+    arrival_s: float
+    prompt_tokens: int
+    max_tokens: int
+    prefix_hashes: tuple[str, ...]
+
+
+def _turns(requests: list[TraceRequest], settings: RoutingBenchSettings) -> list[_Turn]:
+    client = ClientSettings(endpoint="http://unused", model=BENCH_MODEL, max_tokens_cap=settings.max_tokens_cap)
+    out = []
+    for index, request in enumerate(requests):
+        view = ingress_view(request, client)
+        out.append(_Turn(index, request.request_id, request.session_id, request.arrival_s, view.prompt_tokens,
+                         view.max_tokens, view.prefix_hashes))  # fmt: skip
+    return out
+
+
+def virtual_router_config(settings: RoutingBenchSettings, policy: str) -> RouterConfig:
+    """The router config rule: the bench's staleness settings in simulated seconds."""
+    scale = settings.engine_time_scale
+    return RouterConfig(
+        policy=policy,
+        stale_after_s=settings.stale_after_s / scale,
+        assumed_stats_age_s=settings.routing_stats_period_s / scale,
+    )
+
+
+class _Replay:
+    def __init__(self, settings: RoutingBenchSettings, policy: str, engine_seed: int, config: RouterConfig | None):
+        pool = bench_app_config(settings, "headroom").pools[0]
+        engine = apply_plan(pool, plan_pool(pool)).engine
+        profile = load_profile(engine.profile)
+        self.n = settings.num_replicas
+        self.cores = [
+            SimReplicaCore(engine, profile, random.Random(engine_seed * 1000 + k), token_events=False)
+            for k in range(self.n)
+        ]
+        self.ids = [f"replica-{k}" for k in range(self.n)]
+        self.now = 0.0
+        self.period = settings.routing_stats_period_s / settings.engine_time_scale
+        self.next_report = [k * self.period / self.n for k in range(self.n)]
+        self.reports: list[tuple[LoadSnapshot, float] | None] = [None] * self.n
+        self.in_flight = [0] * self.n
+        self.placed_on: dict[int, int] = {}
+        self.rng = random.Random(engine_seed)
+        self.policy: RoutingPolicy | None = None
+        if policy != "pow2":
+            self.policy = build_policy(config or virtual_router_config(settings, policy), clock=lambda: self.now)
+
+    def views(self) -> list[ReplicaView]:
+        out = []
+        for rid, report in zip(self.ids, self.reports):
+            if report is None:
+                out.append(ReplicaView(rid, LoadSnapshot(), UNREPORTED_AGE_S))
+            else:
+                out.append(ReplicaView(rid, report[0], self.now - report[1]))
+        return out
+
+    def place(self, turn: _Turn) -> bool:
+        request = RequestView(
+            request_id=str(turn.index), session_id=turn.session_id, prefix_hashes=turn.prefix_hashes,
+            prompt_tokens=turn.prompt_tokens, max_tokens=turn.max_tokens,
+            needed_kv_tokens=turn.prompt_tokens + turn.max_tokens,
+        )  # fmt: skip
+        if self.policy is None:
+            a, b = self.rng.sample(range(self.n), 2)
+            k = a if self.in_flight[a] <= self.in_flight[b] else b
+        else:
+            decision = self.policy.choose(request, self.views())
+            if decision.chosen is None:
+                return False
+            k = self.ids.index(decision.chosen)
+            self.policy.on_placed(request, decision.chosen)
+        self.placed_on[turn.index] = k
+        self.in_flight[k] += 1
+        sim_request = SimRequest(str(turn.index), turn.prompt_tokens, turn.max_tokens, turn.prefix_hashes, turn.session_id)
+        self.cores[k].submit(sim_request, self.now)
+        return True
+
+    def next_time(self, arrivals: list, waiting: list) -> float:
+        times = [min(self.next_report)]
+        if arrivals:
+            times.append(arrivals[0][0])
+        times.extend(t for t in (core.next_event_s() for core in self.cores) if t is not None)
+        if waiting:
+            times.append(self.now + RETRY_S)
+        return max(self.now, min(times))
+
+
+def replay_virtual(
+    requests: list[TraceRequest],
+    settings: RoutingBenchSettings,
+    policy: str,
+    engine_seed: int,
+    floors_sim_s: dict[str, float],
+    config: RouterConfig | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> VirtualFigures:
+    """Replay the slice once through one router (rules above); `config` overrides the router config."""
+    turns = _turns(requests, settings)
+    replay = _Replay(settings, policy, engine_seed, config)
+    sessions: dict[str, list[_Turn]] = {}
+    for turn in turns:
+        sessions.setdefault(turn.session_id, []).append(turn)
+    next_turn = {a.index: b for ts in sessions.values() for a, b in zip(ts, ts[1:])}
+    arrivals = [(ts[0].arrival_s, ts[0].index) for ts in sessions.values()]
+    heapq.heapify(arrivals)
+    sent, first, end = {}, {}, {}
+    waiting: list[_Turn] = []
+    while len(end) < len(turns):
+        replay.now = replay.next_time(arrivals, waiting)
+        for k, core in enumerate(replay.cores):
+            for event in core.advance_to(replay.now):
+                index = int(event.request_id)
+                if event.kind == "first_token":
+                    first[index] = event.time_s
+                elif event.kind == "finished":
+                    end[index] = event.time_s
+                    replay.in_flight[k] -= 1
+                    if replay.policy is not None:
+                        replay.policy.on_completed(event.request_id)
+                    if index in next_turn:
+                        following = next_turn[index]
+                        heapq.heappush(arrivals, (max(following.arrival_s, event.time_s), following.index))
+                    if on_progress is not None:
+                        on_progress(len(end))
+        for k in range(replay.n):
+            if replay.next_report[k] <= replay.now:
+                replay.reports[k] = (replay.cores[k].load(), replay.now)
+                replay.next_report[k] += replay.period
+        waiting = [turn for turn in waiting if not replay.place(turn)]
+        while arrivals and arrivals[0][0] <= replay.now:
+            _, index = heapq.heappop(arrivals)
+            sent[index] = replay.now
+            if not replay.place(turns[index]):
+                waiting.append(turns[index])
+    return _figures(policy, engine_seed, turns, replay, sent, first, end, floors_sim_s)
+
+
+def _figures(policy, engine_seed, turns, replay, sent, first, end, floors_sim_s) -> VirtualFigures:
+    ttft = [first[t.index] - sent[t.index] for t in turns]
+    excess = [first[t.index] - sent[t.index] - floors_sim_s[t.request_id] for t in turns if t.request_id in floors_sim_s]
+    e2e = [end[t.index] - sent[t.index] for t in turns]
+    counters = [core.counters() for core in replay.cores]
+    hit = sum(c.num_prefix_hit_tokens for c in counters)
+    total = hit + sum(c.num_prefill_tokens for c in counters)
+    return VirtualFigures(
+        router=policy,
+        engine_seed=engine_seed,
+        num_requests=len(turns),
+        ttft_p50_sim_s=float(np.percentile(ttft, 50)),
+        ttft_p99_sim_s=float(np.percentile(ttft, 99)),
+        ttft_excess_p99_sim_s=float(np.percentile(excess, 99)) if excess else None,
+        e2e_p99_sim_s=float(np.percentile(e2e, 99)),
+        prefix_hit_rate=hit / total if total > 0 else None,
+        num_retractions=sum(c.num_retractions for c in counters),
+        requests_per_replica=[sum(1 for k in replay.placed_on.values() if k == r) for r in range(replay.n)],
+    )
+
+
+def mean_or_none(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None and math.isfinite(v)]
+    return sum(known) / len(known) if known else None

@@ -1,0 +1,92 @@
+"""The document and table of `bench routing --virtual`: every router over every engine seed.
+
+Rules: each router replays the slice once per engine seed (routing_virtual.py); a router's figure is
+the mean over the seeds (`mean_over_seeds`), each seed's figures are kept under `runs`; the goals of
+routing_results.py are judged on the means, and the ceiling against each baseline is
+1 - floor_p99 / its mean p99.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from .routing_results import OURS, goals_from, reduction
+from .routing_virtual import VirtualFigures, mean_or_none, replay_virtual
+from .routing_workload import RoutingBenchSettings, describe_slice, ttft_floors_by_request
+from .traces.model import TraceRequest
+
+MEAN_FIELDS = ("ttft_p50_sim_s", "ttft_p99_sim_s", "ttft_excess_p99_sim_s", "e2e_p99_sim_s", "prefix_hit_rate")
+
+
+def mean_over_seeds(runs: list[VirtualFigures]) -> dict[str, float | None]:
+    means: dict[str, float | None] = {name: mean_or_none([getattr(r, name) for r in runs]) for name in MEAN_FIELDS}
+    means["num_retractions"] = float(sum(r.num_retractions for r in runs))
+    return means
+
+
+def run_virtual_bench(
+    requests: list[TraceRequest],
+    settings: RoutingBenchSettings,
+    engine_seeds: list[int],
+    progress: Callable[[str], None],
+) -> dict:
+    started = time.monotonic()
+    slice_info = describe_slice(requests, settings)
+    floors = ttft_floors_by_request(requests, settings)
+    runs: dict[str, list[VirtualFigures]] = {policy: [] for policy in settings.routers}
+    for seed in engine_seeds:
+        for policy in settings.routers:
+            begun = time.monotonic()
+            figures = replay_virtual(requests, settings, policy, seed, floors)
+            runs[policy].append(figures)
+            progress(
+                f"[seed {seed}] {policy}: TTFT p99 {figures.ttft_p99_sim_s:.2f} simulated s, "
+                f"prefix hit {figures.prefix_hit_rate or 0:.3f} ({time.monotonic() - begun:.1f} s)"
+            )
+    means = {policy: mean_over_seeds(r) for policy, r in runs.items()}
+    checks = []
+    if OURS in means:
+        checks = goals_from(
+            {p: m["ttft_p99_sim_s"] for p, m in means.items()},
+            {p: m["prefix_hit_rate"] for p, m in means.items()},
+            int(means[OURS]["num_retractions"] or 0),
+        )
+    floor = slice_info["ttft_floor_p99_sim_s"]
+    return {
+        "simulated": True,
+        "virtual": True,
+        "note": "virtual time: simulated replica cores and the routers' own code, no Ray and no wall clock",
+        "settings": settings.model_dump(mode="json"),
+        "engine_seeds": engine_seeds,
+        "slice": slice_info,
+        "routers": means,
+        "runs": {policy: [f.model_dump(mode="json") for f in r] for policy, r in runs.items()},
+        "goals": [g.model_dump(mode="json") for g in checks],
+        "ttft_p99_reduction_ceiling": {
+            p: reduction(floor, m["ttft_p99_sim_s"]) for p, m in means.items() if p != OURS
+        },
+        "all_goals_met": all(g.met for g in checks) if checks else None,
+        "wall_s": time.monotonic() - started,
+    }
+
+
+def _fmt(value: float | None, pattern: str = "{:.2f}") -> str:
+    return "-" if value is None else pattern.format(value)
+
+
+def format_virtual_table(result: dict) -> str:
+    lines = [f"{'router':<12} {'TTFT p50':>9} {'TTFT p99':>9} {'excess p99':>10} {'E2E p99':>8} {'hit':>6}"]
+    for name, m in result["routers"].items():
+        lines.append(
+            f"{name:<12} {_fmt(m['ttft_p50_sim_s']):>9} {_fmt(m['ttft_p99_sim_s']):>9} "
+            f"{_fmt(m['ttft_excess_p99_sim_s']):>10} {_fmt(m['e2e_p99_sim_s']):>8} {_fmt(m['prefix_hit_rate'], '{:.3f}'):>6}"
+        )
+    lines.append(f"(simulated seconds, virtual time, mean over engine seeds {result['engine_seeds']})")
+    for goal in result["goals"]:
+        state = "met" if goal["met"] else "NOT met"
+        lines.append(f"goal {goal['name']}: {_fmt(goal['value'], '{:.3f}')} (target {goal['target']}) {state}")
+    for name, ceiling in result["ttft_p99_reduction_ceiling"].items():
+        if ceiling is not None:
+            lines.append(f"ceiling vs {name}: at most {ceiling:.3f}")
+    return "\n".join(lines)

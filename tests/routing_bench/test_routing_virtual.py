@@ -1,0 +1,87 @@
+"""`bench routing --virtual`: the replay rules on hand-built requests, and the CLI on a tiny slice."""
+
+import argparse
+import json
+
+import pytest
+
+from ray_dspine.bench.routing_bench import register
+from ray_dspine.bench.routing_virtual import replay_virtual
+from ray_dspine.bench.routing_workload import RoutingBenchSettings, ttft_floors_by_request
+from ray_dspine.bench.traces.loader import NAMED_TRACES, default_traces_dir
+from ray_dspine.bench.traces.model import TraceMessage, TraceRequest
+
+SETTINGS = RoutingBenchSettings(num_replicas=2)
+
+
+def trace_request(request_id: str, session: str, arrival_s: float, text: str) -> TraceRequest:
+    return TraceRequest(
+        request_id=request_id, session_id=session, turn_index=0, arrival_s=arrival_s, workload_class="chat",
+        messages=[TraceMessage(role="user", content=text)], prompt_tokens=len(text) // 4,
+        recorded_prompt_tokens=len(text) // 4, max_tokens=16, source="test",
+    )  # fmt: skip
+
+
+def two_requests() -> list[TraceRequest]:
+    # canonical texts of 4,104 and 6,152 characters -> 1,027 and 1,539 tokens; blocks of 2,048 characters:
+    # the second shares the first's two full blocks (1,024 tokens) and arrives long after the first ended
+    first = "a" * 4096
+    return [trace_request("r0", "s0", 0.0, first), trace_request("r1", "s1", 10.0, first + "b" * 2048)]
+
+
+def test_rule_ours_keeps_both_requests_at_their_floor_and_hits_the_shared_prefix():
+    requests = two_requests()
+    floors = ttft_floors_by_request(requests, SETTINGS)
+    f = replay_virtual(requests, SETTINGS, "headroom", engine_seed=0, floors_sim_s=floors)
+    # floors: 26.47 + 0.1 * 1027 = 129.17 ms; the second on the replica holding the two blocks:
+    # 26.47 + 0.1 * (1539 - 1024) = 77.97 ms. Nothing queues, so each TTFT is its floor.
+    assert floors == pytest.approx({"r0": 0.12917, "r1": 0.07797})
+    assert f.ttft_excess_p99_sim_s == pytest.approx(0.0, abs=1e-9)
+    # p99 of (0.07797, 0.12917), linear rule: 0.07797 + 0.99 * 0.0512 = 0.128658
+    assert f.ttft_p99_sim_s == pytest.approx(0.128658)
+    # hits 1,024 tokens of 1,024 + 1,027 + 515 prefilled: 0.39906; both on one replica
+    assert f.prefix_hit_rate == pytest.approx(1024 / 2566)
+    assert sorted(f.requests_per_replica) == [0, 2] and f.num_retractions == 0
+
+
+def test_rule_a_later_turn_is_sent_when_the_earlier_one_ended():
+    first = trace_request("r0", "s0", 0.0, "a" * 4096)
+    second = trace_request("r1", "s0", 0.001, "a" * 4096 + "b" * 2048).model_copy(update={"turn_index": 1})
+    f = replay_virtual([first, second], SETTINGS, "headroom", engine_seed=0, floors_sim_s={})
+    # the second turn is sent only after the first ended, onto the replica holding its prefix: no queueing,
+    # so its TTFT is its own prefill, 77.97 ms, and the first's is 129.17 ms
+    assert f.ttft_p50_sim_s == pytest.approx((0.12917 + 0.07797) / 2)
+    assert f.prefix_hit_rate == pytest.approx(1024 / 2566) and f.ttft_excess_p99_sim_s is None
+
+
+def test_rule_same_seeds_same_figures():
+    requests = two_requests() + [trace_request(f"x{i}", f"sx{i}", 0.01 * i, "c" * (3000 + i)) for i in range(6)]
+    runs = [replay_virtual(requests, SETTINGS, "pow2", engine_seed=3, floors_sim_s={}) for _ in range(2)]
+    assert runs[0] == runs[1]
+
+
+def test_cli_virtual_runs_every_router_without_ray(capsys):
+    if not (default_traces_dir() / NAMED_TRACES["mooncake"]).is_file():
+        pytest.skip("the Mooncake trace is not present")
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    argv = ["routing", "--virtual", "--window-s", "120", "--session-fraction", "0.05", "--engine-seeds", "0,1", "--json"]
+    args = parser.parse_args(argv)
+    assert args.func(args) == 0
+    out = capsys.readouterr()
+    result = json.loads(out.out)
+    assert result["virtual"] is True and result["engine_seeds"] == [0, 1]
+    assert list(result["routers"]) == ["pow2", "cache_aware", "headroom"]
+    assert all(len(runs) == 2 for runs in result["runs"].values())
+    n = result["slice"]["num_requests"]
+    assert all(run["num_requests"] == n for runs in result["runs"].values() for run in runs)
+    assert {g["name"] for g in result["goals"]} >= {"ttft_p99_reduction_vs_cache_aware", "retractions"}
+    assert out.err.count("[seed ") == 6  # one progress line per replay
+
+
+def test_cli_bad_engine_seeds_are_named(capsys):
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    args = parser.parse_args(["routing", "--virtual", "--engine-seeds", "x"])
+    assert args.func(args) == 2
+    assert capsys.readouterr().err.startswith("error: argument --engine-seeds: comma-separated seeds >= 0")
