@@ -29,12 +29,15 @@ class ScorerWeights(BaseModel):
     that replay's p99 TTFT by 9-14% at the two heavier loads (and lowered it 9% at the lightest); on
     the tau-bench replay a weight of 8 spreads sessions that share one system prompt and halves
     end-to-end p99, at twice the Mooncake p99 TTFT.
+    The prefix score saturates with the tokens a hit saves (`RouterConfig.prefix_half_tokens`, 32,768
+    score 0.5) rather than with the share of the prompt: on the tau-bench replay, where every session
+    shares one policy prompt, the share score drew every new session onto one replica (end-to-end p99
+    12.2 s against pow2's 3.8 s); the saved-token score spreads them (5.6 s, and TTFT p99 0.36 s against
+    cache_aware's 0.60 s), at 0.3 points of Mooncake prefix-hit rate (half_tokens 16,384-65,536: 0.3-0.5).
     The TTFT guard (`RouterConfig.ttft_tolerance_s`, 5 s) came from the same virtual replay over six
-    slices (session-sampling seeds 0-5, engine seeds 0-1), each replica's prefix index sized to its KV
-    cache: against cache_aware, p99 TTFT fell by 4.8% on average without the guard and by 12.1 / 10.8 /
-    9.3 / 9.0% with 3 / 5 / 8 / 10 s, at prefix-hit rates 0.16 points (no guard) and 0.97 / 0.51 /
-    0.19 / 0.16 points (3 / 5 / 8 / 10 s) under cache_aware's; 5 s keeps most of the p99 gain for half
-    the hit-rate cost of 3 s.
+    Mooncake slices (session-sampling seeds 0-5, engine seeds 0-1), each replica's prefix index sized to
+    its KV cache: against cache_aware, p99 TTFT fell by 8.6% on average without the guard and by 11.8 /
+    10.9% with 5 / 8 s, at prefix-hit rates 0.62 / 0.92 / 0.64 points under cache_aware's.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -43,7 +46,7 @@ class ScorerWeights(BaseModel):
         default=2.0, ge=0.0, le=100.0, description="Stay on the replica that last served the session."
     )
     prefix_match: float = Field(
-        default=4.0, ge=0.0, le=100.0, description="Prefer the replica holding the longest cached prefix."
+        default=4.0, ge=0.0, le=100.0, description="Prefer the replica whose cached prefix saves the most prefill."
     )
     kv_headroom: float = Field(
         default=0.25, ge=0.0, le=100.0, description="Prefer free KV-cache tokens left after placement."
@@ -109,6 +112,11 @@ class RouterConfig(BaseModel):
         ge=1,
         description="Most prefix blocks remembered per replica (LRU beyond this); a replica that reports "
         "its KV size is held to the blocks that size can cache, if fewer.",
+    )
+    prefix_half_tokens: float = Field(
+        default=32_768.0,
+        gt=0.0,
+        description="prefix_match: cached tokens that score 0.5 (the score is saved / (saved + this)).",
     )
     prefix_block_tokens: int = Field(
         default=512,

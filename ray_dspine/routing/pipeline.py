@@ -141,6 +141,7 @@ class RoutingPipeline:
                 default_prefill_tokens_per_s=self._config.default_prefill_tokens_per_s,
                 latency_slack_s=self._config.latency_slack_s,
                 typical_output_tokens=self._config.typical_output_tokens,
+                prefix_half_tokens=self._config.prefix_half_tokens,
             )
             self._scorers = build_scorers(self._config.weights, context)
         return self._scorers

@@ -30,11 +30,12 @@ class ScorerContext:
     default_prefill_tokens_per_s: float = 10_000.0
     latency_slack_s: float = 0.5
     typical_output_tokens: int = 256
+    prefix_half_tokens: float = 32_768.0
 
 
 SCORERS: dict[str, Callable[[ScorerContext], Scorer]] = {
     "session_affinity": lambda ctx: SessionAffinityScorer(ctx.sessions),
-    "prefix_match": lambda ctx: PrefixMatchScorer(ctx.prefix_index),
+    "prefix_match": lambda ctx: PrefixMatchScorer(ctx.prefix_index, ctx.prefix_half_tokens),
     "kv_headroom": lambda ctx: KvHeadroomScorer(),
     "mamba_headroom": lambda ctx: MambaHeadroomScorer(),
     "queue": lambda ctx: QueueScorer(),

@@ -28,15 +28,20 @@ def test_rule_session_affinity():
     assert scorer.score(RequestView("q"), replicas) == [0.0, 0.0]
 
 
-def test_rule_prefix_match_fraction_of_blocks():
+def test_rule_prefix_match_scores_the_saved_prefill_saturating():
     index = PrefixIndex()
     index.insert(["h0", "h1", "h2"], "a")
     index.insert(["h0"], "b")
-    scorer = PrefixMatchScorer(index)
-    request = RequestView("q", prefix_hashes=("h0", "h1", "h2", "h3"))
-    # a: 3 of 4 blocks = 0.75; b: 1 of 4 = 0.25; c: 0
-    assert scorer.score(request, [view("a"), view("b"), view("c")]) == [0.75, 0.25, 0.0]
-    assert scorer.score(RequestView("q"), [view("a")]) == [0.0]
+    scorer = PrefixMatchScorer(index, half_tokens=1000.0)
+    request = RequestView("q", prefix_hashes=("h0", "h1", "h2", "h3"), prompt_tokens=4000)
+    # a saves 3 of 4 blocks = 3,000 tokens -> 3000 / 4000 = 0.75; b 1,000 -> 0.5 (the half point); c 0
+    assert scorer.score(request, [view("a"), view("b"), view("c")]) == [0.75, 0.5, 0.0]
+    # the same share of a 40-token prompt saves 30 tokens: 30 / 1030, next to nothing
+    small = RequestView("q", prefix_hashes=("h0", "h1", "h2", "h3"), prompt_tokens=40)
+    assert scorer.score(small, [view("a")]) == pytest.approx([30 / 1030])
+    assert scorer.score(RequestView("q"), [view("a")]) == [0.0]  # no hashes: nothing to match
+    with pytest.raises(ValueError, match="half_tokens must be > 0"):
+        PrefixMatchScorer(index, half_tokens=0.0)
 
 
 def test_rule_kv_headroom_after_placement():

@@ -49,28 +49,32 @@ def test_rule_negative_tolerance_is_refused():
 
 def sticky_pipeline(tolerance_s):
     p = RoutingPipeline(RouterConfig(ttft_tolerance_s=tolerance_s), clock=lambda: 0.0)
-    p.on_placed(RequestView("q0", session_id="s", prefix_hashes=("h0",), prompt_tokens=512), "home")
+    p.on_placed(RequestView("q0", session_id="s", prefix_hashes=("h0",), prompt_tokens=32_768), "home")
     p.on_completed("q0")
     return p
 
 
+# A second turn of 65,536 tokens whose first half (block h0) the session's home replica caches.
+TURN = RequestView("q1", session_id="s", prefix_hashes=("h0", "h1"), prompt_tokens=65_536, needed_kv_tokens=66_000)
+
+
 def test_rule_pipeline_guard_moves_a_turn_off_a_replica_stuck_behind_a_long_prefill():
-    request = RequestView("q1", session_id="s", prefix_hashes=("h0", "h1"), prompt_tokens=1024, needed_kv_tokens=1100)
-    # home: backlog 100,000 + uncached 512 -> 10.05 s; other: 1024 -> 0.10 s; limit 0.10 + 5 = 5.10 s
-    replicas = [view("home", backlog_tokens=100_000), view("other")]
-    guarded = sticky_pipeline(5.0).choose(request, replicas)
+    # home: (backlog 100,000 + uncached 32,768) / 10,000 = 13.28 s; other: 65,536 -> 6.55 s; limit 11.55 s
+    replicas = [view("home", backlog_tokens=100_000, total_kv_tokens=200_000), view("other", total_kv_tokens=200_000)]
+    guarded = sticky_pipeline(5.0).choose(TURN, replicas)
     assert guarded.ranked_replica_ids == ("other",)
-    assert guarded.rejected["home"] == "ttft: 10.05s predicted > best 0.10s + tolerance 5s"
-    # with the guard off: home 2 (affinity) + 4 * 1/2 (prefix) + 4 * (0.10 + 0.5) / (10.05 + 0.5) = 4.23
-    # against other's 4 * 1 (predicted_ttft), the kv, mamba and queue scores being equal: home first
-    unguarded = sticky_pipeline(None).choose(request, replicas)
+    assert guarded.rejected["home"] == "ttft: 13.28s predicted > best 6.55s + tolerance 5s"
+    # with the guard off: home 2 (affinity) + 4 * 32,768 / (32,768 + 32,768) (prefix) + 4 * (6.55 + 0.5) /
+    # (13.28 + 0.5) = 6.05 against other's 4 (predicted_ttft), the kv, mamba and queue scores equal: home first
+    unguarded = sticky_pipeline(None).choose(TURN, replicas)
     assert unguarded.ranked_replica_ids == ("home", "other")
 
 
 def test_rule_pipeline_guard_keeps_locality_inside_the_tolerance():
-    request = RequestView("q1", session_id="s", prefix_hashes=("h0", "h1"), prompt_tokens=1024, needed_kv_tokens=1100)
-    # home: backlog 30,000 + 512 -> 3.05 s, within 0.10 + 5: both kept, affinity and prefix win
-    decision = sticky_pipeline(5.0).choose(request, [view("home", backlog_tokens=30_000), view("other")])
+    # home: (60,000 + 32,768) / 10,000 = 9.28 s, within 6.55 + 5: both kept; home 2 + 2 + 4 * 7.05 / 9.78
+    # = 6.89 against other's 4: affinity and the cached half win although home is 2.7 s slower
+    replicas = [view("home", backlog_tokens=60_000, total_kv_tokens=200_000), view("other", total_kv_tokens=200_000)]
+    decision = sticky_pipeline(5.0).choose(TURN, replicas)
     assert decision.ranked_replica_ids == ("home", "other") and decision.rejected == {}
 
 
