@@ -33,7 +33,9 @@ class ScorerWeights(BaseModel):
     score 0.5) rather than with the share of the prompt: on the tau-bench replay, where every session
     shares one policy prompt, the share score drew every new session onto one replica (end-to-end p99
     12.2 s against pow2's 3.8 s); the saved-token score spreads them (5.6 s, and TTFT p99 0.36 s against
-    cache_aware's 0.60 s), at 0.3 points of Mooncake prefix-hit rate (half_tokens 16,384-65,536: 0.3-0.5).
+    cache_aware's 0.60 s), at 0.3 points of Mooncake prefix-hit rate (half_tokens 16,384-65,536: 0.3-0.5),
+    which session_affinity 4 (was 2) wins back in part (0.26 points: a conversation's own later turns
+    stay home even when their context is short).
     The TTFT guard (`RouterConfig.ttft_tolerance_s`, 5 s) came from the same virtual replay over six
     Mooncake slices (session-sampling seeds 0-5, engine seeds 0-1), each replica's prefix index sized to
     its KV cache: against cache_aware, p99 TTFT fell by 8.6% on average without the guard and by 11.8 /
@@ -43,7 +45,7 @@ class ScorerWeights(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     session_affinity: float = Field(
-        default=2.0, ge=0.0, le=100.0, description="Stay on the replica that last served the session."
+        default=4.0, ge=0.0, le=100.0, description="Stay on the replica that last served the session."
     )
     prefix_match: float = Field(
         default=4.0, ge=0.0, le=100.0, description="Prefer the replica whose cached prefix saves the most prefill."

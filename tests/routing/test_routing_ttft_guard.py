@@ -64,15 +64,15 @@ def test_rule_pipeline_guard_moves_a_turn_off_a_replica_stuck_behind_a_long_pref
     guarded = sticky_pipeline(5.0).choose(TURN, replicas)
     assert guarded.ranked_replica_ids == ("other",)
     assert guarded.rejected["home"] == "ttft: 13.28s predicted > best 6.55s + tolerance 5s"
-    # with the guard off: home 2 (affinity) + 4 * 32,768 / (32,768 + 32,768) (prefix) + 4 * (6.55 + 0.5) /
-    # (13.28 + 0.5) = 6.05 against other's 4 (predicted_ttft), the kv, mamba and queue scores equal: home first
+    # with the guard off: home 4 (affinity) + 4 * 32,768 / (32,768 + 32,768) (prefix) + 4 * (6.55 + 0.5) /
+    # (13.28 + 0.5) = 8.05 against other's 4 (predicted_ttft), the kv, mamba and queue scores equal: home first
     unguarded = sticky_pipeline(None).choose(TURN, replicas)
     assert unguarded.ranked_replica_ids == ("home", "other")
 
 
 def test_rule_pipeline_guard_keeps_locality_inside_the_tolerance():
-    # home: (60,000 + 32,768) / 10,000 = 9.28 s, within 6.55 + 5: both kept; home 2 + 2 + 4 * 7.05 / 9.78
-    # = 6.89 against other's 4: affinity and the cached half win although home is 2.7 s slower
+    # home: (60,000 + 32,768) / 10,000 = 9.28 s, within 6.55 + 5: both kept; home 4 + 2 + 4 * 7.05 / 9.78
+    # = 8.89 against other's 4: affinity and the cached half win although home is 2.7 s slower
     replicas = [view("home", backlog_tokens=60_000, total_kv_tokens=200_000), view("other", total_kv_tokens=200_000)]
     decision = sticky_pipeline(5.0).choose(TURN, replicas)
     assert decision.ranked_replica_ids == ("home", "other") and decision.rejected == {}
