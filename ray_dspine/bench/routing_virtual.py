@@ -180,7 +180,9 @@ def replay_virtual(
     next_turn = {a.index: b for ts in sessions.values() for a, b in zip(ts, ts[1:])}
     arrivals = [(ts[0].arrival_s, ts[0].index) for ts in sessions.values()]
     heapq.heapify(arrivals)
-    sent, first, end = {}, {}, {}
+    sent: dict[int, float] = {}
+    first: dict[int, float] = {}
+    end: dict[int, float] = {}
     waiting: list[_Turn] = []
     while len(end) < len(turns):
         replay.now = replay.next_time(arrivals, waiting)
@@ -212,7 +214,16 @@ def replay_virtual(
     return _figures(policy, engine_seed, turns, replay, sent, first, end, floors_sim_s)
 
 
-def _figures(policy, engine_seed, turns, replay, sent, first, end, floors_sim_s) -> VirtualFigures:
+def _figures(
+    policy: str,
+    engine_seed: int,
+    turns: list[_Turn],
+    replay: _Replay,
+    sent: dict[int, float],
+    first: dict[int, float],
+    end: dict[int, float],
+    floors_sim_s: dict[str, float],
+) -> VirtualFigures:
     ttft = [first[t.index] - sent[t.index] for t in turns]
     excess = [first[t.index] - sent[t.index] - floors_sim_s[t.request_id] for t in turns if t.request_id in floors_sim_s]
     e2e = [end[t.index] - sent[t.index] for t in turns]

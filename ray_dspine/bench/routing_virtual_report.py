@@ -1,7 +1,8 @@
 """The document and table of `bench routing --virtual`: every router over every engine seed.
 
 Rules: each router replays the slice once per engine seed (routing_virtual.py); a router's figure is
-the mean over the seeds (`mean_over_seeds`), each seed's figures are kept under `runs`; the goals of
+the mean over the seeds (`mean_over_seeds`; retractions: their total), each seed's figures are kept
+under `runs`; the goals of
 routing_results.py are judged on the means, and the ceiling against each baseline is
 1 - floor_p99 / its mean p99.
 """
