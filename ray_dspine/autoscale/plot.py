@@ -14,14 +14,15 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from ray_dspine.sim.arrivals import bin_index
+
 QUARTER_S = 900.0
 
 
 def arrivals_per_quarter_hour(arrival_s: np.ndarray, start_s: float, duration_s: float) -> np.ndarray:
     """Requests per second in each 900 s bin from start_s (arrivals past the end fall in the last bin)."""
     bins = max(1, int(np.ceil(duration_s / QUARTER_S - 1e-9)))
-    index = np.clip(((arrival_s - start_s) // QUARTER_S).astype(np.int64), 0, bins - 1)
-    return np.bincount(index, minlength=bins) / QUARTER_S
+    return np.bincount(bin_index(arrival_s, start_s, QUARTER_S, bins), minlength=bins) / QUARTER_S
 
 
 def plot_day(rows: list[dict], rate_per_s: np.ndarray, title: str, path: Path) -> Path:

@@ -12,6 +12,9 @@ map over hashes is a radix tree over blocks:
                   its least recently used prefix once the cache is full, and an index that kept more
                   would send requests to prefixes that are gone)
 
+`depths` remembers its last answer until the index changes: one routing decision asks it for the same
+request several times (the TTFT guard, the prefix and TTFT scorers, the placement).
+
 Insertion touches blocks last-to-first, so a prompt's leading blocks are the most recently used and a
 replica loses the tail of an old prompt before its head (leaves before ancestors, as a radix cache).
 Parameters: capacity_blocks >= 1 per replica (None: unbounded until `trim`); resize(r, c): c >= 1.
@@ -30,8 +33,10 @@ class PrefixIndex:
         self._replica_capacity: dict[str, int] = {}
         self._blocks: dict[str, OrderedDict[str, None]] = {}
         self._holders: dict[str, set[str]] = {}
+        self._last_depths: tuple[tuple[str, ...], dict[str, int]] | None = None
 
     def insert(self, prefix_hashes: Sequence[str], replica_id: str) -> None:
+        self._last_depths = None
         blocks = self._blocks.setdefault(replica_id, OrderedDict())
         for block_hash in reversed(prefix_hashes):
             if block_hash in blocks:
@@ -55,9 +60,17 @@ class PrefixIndex:
             self._evict(replica_id, capacity_blocks)
 
     def depths(self, prefix_hashes: Sequence[str]) -> dict[str, int]:
-        """Leading-run match depth (blocks) per replica with depth >= 1."""
+        """Leading-run match depth (blocks) per replica with depth >= 1 (a fresh dict each call)."""
         if not prefix_hashes:
             return {}
+        key = tuple(prefix_hashes)
+        if self._last_depths is not None and self._last_depths[0] == key:
+            return dict(self._last_depths[1])
+        depth = self._walk(prefix_hashes)
+        self._last_depths = (key, depth)
+        return dict(depth)
+
+    def _walk(self, prefix_hashes: Sequence[str]) -> dict[str, int]:
         active = set(self._holders.get(prefix_hashes[0], ()))
         depth: dict[str, int] = {}
         for i, block_hash in enumerate(prefix_hashes[1:], start=1):
@@ -94,6 +107,7 @@ class PrefixIndex:
             self._drop_holder(block_hash, replica_id)
 
     def _drop_holder(self, block_hash: str, replica_id: str) -> None:
+        self._last_depths = None
         holders = self._holders.get(block_hash)
         if holders is not None:
             holders.discard(replica_id)

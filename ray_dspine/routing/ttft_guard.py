@@ -18,12 +18,8 @@ from __future__ import annotations
 from typing import Sequence
 
 from ray_dspine.routing.prefix_index import PrefixIndex
-from ray_dspine.routing.scorers.predicted_ttft import PredictedTtftScorer
+from ray_dspine.routing.scorers.predicted_ttft import predicted_ttft_s
 from ray_dspine.routing.types import ReplicaView, RequestView
-
-# The estimator's relative score is not used here, only its estimates; any positive slack will do.
-_UNUSED_SLACK_S = 1.0
-
 
 def within_tolerance(estimates_s: Sequence[float], tolerance_s: float) -> list[bool]:
     """One flag per estimate: is it within `tolerance_s` of the smallest?"""
@@ -37,12 +33,15 @@ class TtftGuard:
     def __init__(self, index: PrefixIndex, default_prefill_tokens_per_s: float, tolerance_s: float):
         if tolerance_s < 0.0:
             raise ValueError(f"tolerance_s must be >= 0, got {tolerance_s}")
-        self._estimator = PredictedTtftScorer(index, default_prefill_tokens_per_s, _UNUSED_SLACK_S)
+        if default_prefill_tokens_per_s <= 0.0:
+            raise ValueError(f"default_prefill_tokens_per_s must be > 0, got {default_prefill_tokens_per_s}")
+        self._index = index
+        self._default_rate = default_prefill_tokens_per_s
         self._tolerance_s = tolerance_s
 
     def keep(self, request: RequestView, replicas: Sequence[ReplicaView]) -> tuple[list[ReplicaView], dict[str, str]]:
         """(kept replicas, {dropped replica_id: reason})."""
-        estimates = self._estimator.estimates_s(request, replicas)
+        estimates = predicted_ttft_s(self._index, self._default_rate, request, replicas)
         flags = within_tolerance(estimates, self._tolerance_s)
         best = min(estimates, default=0.0)
         kept = [view for view, ok in zip(replicas, flags) if ok]

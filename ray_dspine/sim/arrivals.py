@@ -61,3 +61,9 @@ def sample_day(
     times = np.sort(times[keep])
     rows = rng.integers(0, trace.num_requests, size=times.shape[0])
     return DayArrivals(arrival_s=times, row=rows, peak_rate_per_s=peak)
+
+
+def bin_index(arrival_s: np.ndarray, start_s: float, bin_s: float, num_bins: int) -> np.ndarray:
+    """Bin b of each arrival, b = floor((t - start_s) / bin_s) clipped to [0, num_bins - 1]
+    (arrivals past the end fall in the last bin)."""
+    return np.clip(((arrival_s - start_s) // bin_s).astype(np.int64), 0, num_bins - 1)

@@ -37,7 +37,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from ray_dspine.engines.simulated.profile import SimProfile
-from ray_dspine.sim.arrivals import DayArrivals
+from ray_dspine.sim.arrivals import DayArrivals, bin_index
 from ray_dspine.sim.config import FixedPolicySpec, SchedulePolicySpec, SimConfig
 from ray_dspine.sim.results import DayResult
 from ray_dspine.sim.simulator import DaySimulation
@@ -114,7 +114,7 @@ def misses_by_bin(
     ok: np.ndarray, arrival_s: np.ndarray, start_s: float, bin_s: float, num_bins: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """(misses, requests) per bin from the per-request within-SLO mask."""
-    b = np.clip(((arrival_s - start_s) // bin_s).astype(np.int64), 0, num_bins - 1)
+    b = bin_index(arrival_s, start_s, bin_s, num_bins)
     return np.bincount(b, weights=(~ok).astype(float), minlength=num_bins), np.bincount(b, minlength=num_bins)
 
 

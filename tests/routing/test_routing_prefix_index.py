@@ -63,3 +63,18 @@ def test_rule_resize_sets_one_replicas_capacity_and_evicts_at_once():
     assert index.capacity("r1") == 8
     with pytest.raises(ValueError, match="capacity_blocks must be >= 1"):
         index.resize("r2", 0)
+
+
+def test_rule_depths_are_remembered_only_until_the_index_changes():
+    index = PrefixIndex(capacity_blocks=8)
+    index.insert(["a0", "a1"], "r1")
+    query = ["a0", "a1", "a2"]
+    first = index.depths(query)
+    first["r1"] = 99  # a caller's copy: the remembered answer is not touched
+    assert index.depths(query) == {"r1": 2}
+    index.insert(["a0", "a1", "a2"], "r2")  # an insert changes the answer
+    assert index.depths(query) == {"r1": 2, "r2": 3}
+    index.resize("r2", 1)  # so does an eviction (keeps a0, the most recently used)
+    assert index.depths(query) == {"r1": 2, "r2": 1}
+    index.remove_replica("r1")
+    assert index.depths(query) == {"r2": 1}

@@ -38,6 +38,18 @@ def prefill_rate(view: ReplicaView, default_tokens_per_s: float) -> float:
     return rate if rate > 0.0 else default_tokens_per_s
 
 
+def predicted_ttft_s(
+    index: PrefixIndex, default_tokens_per_s: float, request: RequestView, replicas: Sequence[ReplicaView]
+) -> list[float]:
+    """est(q, r) for every replica, in the order given (seconds)."""
+    depths = index.depths(request.prefix_hashes) if request.prefix_hashes else {}
+    out: list[float] = []
+    for view in replicas:
+        work = view.load.pending_prefill_tokens + uncached_tokens(request, depths.get(view.replica_id, 0))
+        out.append(work / prefill_rate(view, default_tokens_per_s))
+    return out
+
+
 class PredictedTtftScorer:
     name = "predicted_ttft"
 
@@ -49,12 +61,7 @@ class PredictedTtftScorer:
         self._slack_s = slack_s
 
     def estimates_s(self, request: RequestView, replicas: Sequence[ReplicaView]) -> list[float]:
-        depths = self._index.depths(request.prefix_hashes) if request.prefix_hashes else {}
-        out: list[float] = []
-        for view in replicas:
-            work = view.load.pending_prefill_tokens + uncached_tokens(request, depths.get(view.replica_id, 0))
-            out.append(work / prefill_rate(view, self._default_rate))
-        return out
+        return predicted_ttft_s(self._index, self._default_rate, request, replicas)
 
     def score(self, request: RequestView, replicas: Sequence[ReplicaView]) -> list[float]:
         return relative(self.estimates_s(request, replicas), self._slack_s)
