@@ -245,3 +245,32 @@ def test_rule_load_reports_rates_in_wall_time():
     assert core_load.prefill_tokens_per_s == pytest.approx(10_000.0)
     assert load.prefill_tokens_per_s == pytest.approx(20_000.0)
     assert core_load.decode_step_ms > 0 and load.decode_step_ms == pytest.approx(0.5 * core_load.decode_step_ms)
+
+
+def test_rule_load_counts_the_progress_of_a_prefill_the_driver_is_sleeping_through():
+    clock = FakeClock()
+    never = asyncio.Event()
+
+    async def stall(seconds: float) -> None:  # the driver sleeps until the prefill ends; we look before
+        await never.wait()
+
+    config = SimulatedEngineConfig(profile="round", workload="full", drafter="none", time_scale=1.0)
+
+    async def main():
+        engine = SimulatedEngine(config, clock=clock, sleep=stall, profile=round_profile())
+        await engine.start()
+        stream = engine.generate(request(prompt_tokens=10_000))
+        first = asyncio.ensure_future(stream.__anext__())
+        for _ in range(3):
+            await asyncio.sleep(0)
+        at_start = engine.load().pending_prefill_tokens
+        clock.now += 0.51
+        halfway = engine.load().pending_prefill_tokens
+        first.cancel()
+        await engine.stop()
+        return at_start, halfway
+
+    at_start, halfway = asyncio.run(main())
+    # prefill step: 20 ms + 0.1 ms x 10,000 tokens = 1.02 s; 0.51 s in, half of it is left
+    assert at_start == 10_000
+    assert halfway == 5_000

@@ -8,6 +8,10 @@ A request's stream ends with one chunk carrying finish_reason and usage; closing
 (client disconnect) cancels the request in the core, which frees its memory at once.
 If the loop falls behind (a busy CPU), simulated time still runs on: events come late, in order,
 with the simulated timeline unchanged.
+load() first brings the core up to the present (completing due steps, dispatching their events), so a
+report made while the driver sleeps through a long prefill counts that prefill's progress so far, as a
+chunked-prefill engine's report would; without it the core's clock stops at the step's start and the
+report repeats the whole prefill until the step ends.
 load() reports in wall time, as a real engine would, because routers age reports and drain backlogs
 by the wall clock: prefill_tokens_per_s = the core's rate / time_scale and decode_step_ms = the
 core's step * time_scale (token and request counts are not scaled).
@@ -109,9 +113,12 @@ class SimulatedEngine:
                 else:
                     await self._sleep(max(0.0, (next_s - self.sim_now_s()) * self.config.time_scale))
         except Exception as exc:  # a broken core must not leave streams hanging; load() turns unhealthy
-            self._failure = f"{type(exc).__name__}: {exc}"
-            for queue in self._queues.values():
-                queue.put_nowait(None)
+            self._fail(exc)
+
+    def _fail(self, exc: Exception) -> None:
+        self._failure = f"{type(exc).__name__}: {exc}"
+        for queue in self._queues.values():
+            queue.put_nowait(None)
 
     def _dispatch(self, events: list[SimEvent]) -> None:
         for event in events:
@@ -155,6 +162,11 @@ class SimulatedEngine:
     def load(self) -> LoadSnapshot:
         if self._core is None:
             return LoadSnapshot(healthy=False, engine="simulated")
+        if self._failure is None and self._task is not None:
+            try:
+                self._dispatch(self._core.advance_to(self.sim_now_s()))
+            except Exception as exc:
+                self._fail(exc)
         snapshot = self._core.load()
         snapshot.healthy = self._failure is None and self._task is not None
         snapshot.prefill_tokens_per_s /= self.config.time_scale
