@@ -1,11 +1,10 @@
 """observability/prometheus.yml: Ray's documented discovery file, and SGLang ports matching clusters/prod.yaml."""
 
-import shutil
 import subprocess
 
-import pytest
 import yaml
 from dashboard_queries import PROMETHEUS_CONFIG, REPO
+from prometheus_package import prometheus_tool
 
 from ray_dspine.config_io import load_app_configs
 
@@ -27,8 +26,6 @@ def test_sglang_targets_are_the_prod_pools_preferred_ports():
 
 
 def test_promtool_accepts_it():
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.skip("promtool (Debian package prometheus) is not installed")
+    promtool = prometheus_tool("promtool")
     result = subprocess.run([promtool, "check", "config", str(PROMETHEUS_CONFIG)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -9,7 +9,6 @@ sends traffic (including one request the replica refuses), then polls every pane
 
 import json
 import math
-import shutil
 import signal
 import socket
 import subprocess
@@ -23,6 +22,7 @@ import pytest
 import yaml
 
 from dashboard_queries import PROMETHEUS_CONFIG, load_dashboard, panel_queries
+from prometheus_package import prometheus_tool
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.serve]
 
@@ -34,21 +34,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def prometheus_binary() -> str:
-    found = shutil.which("prometheus")
-    if found:
-        return found
-    for command in (["apt-get", "install", "-y", "prometheus"], ["apt-get", "update"],
-                    ["apt-get", "install", "-y", "prometheus"]):  # fmt: skip
-        subprocess.run(command, capture_output=True, timeout=600, check=False)
-        if shutil.which("prometheus"):
-            break
-    found = shutil.which("prometheus")
-    if not found:
-        pytest.skip("Debian package `prometheus` is not installed and `apt-get install -y prometheus` failed")
-    return found
 
 
 def stop(process: subprocess.Popen, grace_s: float = 30.0) -> None:
@@ -98,7 +83,7 @@ def prometheus(serve_app, tmp_path_factory):
     folder = tmp_path_factory.mktemp("prometheus")
     port = free_port()
     process = subprocess.Popen(
-        [prometheus_binary(), f"--config.file={scrape_config(folder, serve_app['metrics_port'])}",
+        [prometheus_tool("prometheus"), f"--config.file={scrape_config(folder, serve_app['metrics_port'])}",
          f"--storage.tsdb.path={folder / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
