@@ -119,10 +119,14 @@ def test_headroom_router_places_on_the_replica_that_can_hold(serve_instance):
     handle = serve.run(app, name="headroom", route_prefix=None)
     wait_for_stats(handle, expected_rank=1)
     # needs 900 + 100 = 1000 tokens: ranks 1 and 2 can hold, rank 1 has more headroom -> rank 1
-    placed = [
-        handle.options(session_id=f"s{i}").generate.remote(request(f"q{i}", 900, f"s{i}")).result(timeout_s=30)
-        for i in range(6)
-    ]
+    placed = []
+    for i in range(6):
+        placed.append(
+            handle.options(session_id=f"s{i}").generate.remote(request(f"q{i}", 900, f"s{i}")).result(timeout_s=30)
+        )
+        # the router hears of the completion after the caller: until then the request counts as queued
+        # on rank 1 (with its prefill), and the queue score may rightly prefer rank 2
+        time.sleep(3 * STATS_PERIOD_S)
     assert placed == [1] * 6
     # needs 29,900 + 100 = 30,000: only rank 1 (50,000 free) can hold
     assert handle.generate.remote(request("big", 29_900)).result(timeout_s=30) == 1
