@@ -25,7 +25,7 @@ class ScorerWeights(BaseModel):
     The defaults were chosen by replaying the `bench routing` Mooncake slice in virtual time
     (`ray-dspine bench routing --virtual`, which runs these routers on the replicas' own cores) over a grid
     (predicted_ttft 1-16, prefix_match 1-8, session_affinity 0.5-4): the lowest p99 TTFT whose prefix-hit
-    rate stayed at least the cache_aware baseline's. The two changes below give up a little of that hit
+    rate stayed at least the cache_aware baseline's. The changes below give up a little of that hit
     rate (0.4-0.9 points) for the TTFT tail and for agent traffic. predicted_decode is off: at weight 1-2 it raised
     that replay's p99 TTFT by 9-14% at the two heavier loads (and lowered it 9% at the lightest); on
     the tau-bench replay a weight of 8 spreads sessions that share one system prompt and halves
