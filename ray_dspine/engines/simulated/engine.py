@@ -105,7 +105,7 @@ class SimulatedEngine:
         assert self._core is not None and self._wake is not None
         try:
             while True:
-                self._dispatch(self._core.advance_to(self.sim_now_s()))
+                self._catch_up()
                 next_s = self._core.next_event_s()
                 if next_s is None:
                     self._wake.clear()
@@ -119,6 +119,13 @@ class SimulatedEngine:
         self._failure = f"{type(exc).__name__}: {exc}"
         for queue in self._queues.values():
             queue.put_nowait(None)
+
+    def _catch_up(self) -> float:
+        """Complete the core's steps due by now and hand their events to the streams; returns now (sim s)."""
+        assert self._core is not None
+        now_s = self.sim_now_s()
+        self._dispatch(self._core.advance_to(now_s))
+        return now_s
 
     def _dispatch(self, events: list[SimEvent]) -> None:
         for event in events:
@@ -134,8 +141,7 @@ class SimulatedEngine:
         if rid in self._queues:
             raise EngineError(f"request id {rid!r} is already streaming", status=409, code="duplicate_id")
         sim_request = to_sim_request(request)
-        now_s = self.sim_now_s()
-        self._dispatch(core.advance_to(now_s))
+        now_s = self._catch_up()
         queue: asyncio.Queue[SimEvent | None] = asyncio.Queue()
         core.submit(sim_request, now_s)  # raises EngineError when it can never fit
         self._queues[rid] = queue
@@ -164,7 +170,7 @@ class SimulatedEngine:
             return LoadSnapshot(healthy=False, engine="simulated")
         if self._failure is None and self._task is not None:
             try:
-                self._dispatch(self._core.advance_to(self.sim_now_s()))
+                self._catch_up()
             except Exception as exc:
                 self._fail(exc)
         snapshot = self._core.load()
