@@ -13,7 +13,8 @@ comes from the simulated engine: timings are the calibrated twin's, in wall seco
 `--repeats R` replays the slice R times per router, interleaved (pow2, cache_aware, ours, pow2, ...)
 so that a slow spell of the host hits every router alike, and pools the requests of all replays into
 each router's figures (routing_results.py). `--virtual` skips Ray and the wall clock altogether
-(routing_virtual.py).
+(routing_virtual.py); with `--sweep-tolerance` it replays ours once per TTFT-guard tolerance
+(routing_frontier.py) and `--plot` draws the trade.
 Bad flags and an empty or missing slice are reported as `error: argument --flag: ...`, exit status 2,
 before Ray starts.
 """
@@ -26,6 +27,7 @@ import contextlib
 import json
 import sys
 import time
+from pathlib import Path
 
 import httpx
 from pydantic import ValidationError
@@ -105,6 +107,12 @@ def register(subparsers) -> None:
     parser.add_argument(
         "--engine-seeds", default="0,1,2", help="--virtual: comma list of engine seeds, one replay each (default 0,1,2)"
     )
+    parser.add_argument(
+        "--sweep-tolerance", default=None, metavar="LIST",
+        help="--virtual: replay ours once per TTFT-guard tolerance (simulated s, or none), e.g. 0,2,4,6,8,none, "
+        "against the baselines; prints the p99 TTFT / prefix-hit trade",
+    )  # fmt: skip
+    parser.add_argument("--plot", default=None, help="--sweep-tolerance: also draw the trade to this PNG file")
     parser.add_argument("--out", default=None, help="also write the JSON to this file")
     parser.add_argument("--json", action="store_true", help="print JSON only (progress still goes to stderr)")
     parser.set_defaults(func=routing_main)
@@ -263,6 +271,13 @@ def run_bench(settings: RoutingBenchSettings) -> tuple[dict, dict[str, RouterFig
 @cli_errors
 def routing_main(args) -> int:
     settings = settings_from_args(args)
+    if args.sweep_tolerance is not None and not args.virtual:
+        raise CliError("argument --sweep-tolerance: sweeps run in virtual time; add --virtual")
+    if args.plot is not None and args.sweep_tolerance is None:
+        raise CliError("argument --plot: draws a tolerance sweep; add --virtual --sweep-tolerance LIST")
+    for flag, path in (("--out", args.out), ("--plot", args.plot)):
+        if path is not None and not Path(path).resolve().parent.is_dir():
+            raise CliError(f"argument {flag}: folder {str(Path(path).parent)!r} does not exist; create it first")
     if args.virtual:
         return virtual_main(args, settings)
     # Ray prints its own notices (e.g. "(raylet) ...") on stdout; keep stdout for the result alone.
@@ -295,15 +310,27 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def virtual_main(args, settings: RoutingBenchSettings) -> int:
+    from .routing_frontier import format_sweep_table, parse_tolerances, run_tolerance_sweep
     from .routing_virtual_report import format_virtual_table, run_virtual_bench
 
     seeds = parse_seeds(args.engine_seeds)
+    tolerances = parse_tolerances(args.sweep_tolerance) if args.sweep_tolerance is not None else None
     requests = load_bench_slice(settings)
-    result = run_virtual_bench(requests, settings, seeds, progress)
+    if tolerances is None:
+        result = run_virtual_bench(requests, settings, seeds, progress)
+        table = format_virtual_table
+    else:
+        result = run_tolerance_sweep(requests, settings, seeds, tolerances, progress)
+        table = format_sweep_table
     result["command_line"] = list(sys.argv)
     text = json.dumps(result, indent=2)
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:
             f.write(text + "\n")
-    print(text if args.json else format_virtual_table(result))
+    if args.plot:
+        from .routing_frontier_plot import plot_tolerance_sweep
+
+        plot_tolerance_sweep(result, Path(args.plot))
+        progress(f"wrote {args.plot}")
+    print(text if args.json else table(result))
     return 0
