@@ -10,7 +10,8 @@ Rules (simulated seconds throughout; the replays are routing_virtual.py's):
               a value given twice is refused.
   replays     every router of the settings other than ours, once per engine seed; ours once per
               (tolerance, engine seed), with `ttft_tolerance_s` set to the tolerance and every other
-              field as `virtual_router_config` sets it.
+              field as `virtual_router_config` sets it (the cached-prefix extension of the guard
+              included: `none` turns the whole guard off).
   point       per tolerance: ours' figures averaged over the engine seeds (`mean_over_seeds`), and the
               goals of routing_results.goals_from judged on those means against the baselines' means.
   frontier    a point is on the frontier unless another point is at least as good on both p99 TTFT

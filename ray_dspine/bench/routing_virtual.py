@@ -17,8 +17,8 @@ Rules (simulated seconds throughout):
              as the Ray adapter calls them). A request the policy makes wait is offered again every
              RETRY_S until placed.
   router     RouterConfig(policy, stale_after_s and assumed_stats_age_s in simulated seconds); its
-             GPU-second defaults (ttft_tolerance_s, latency_slack_s) apply as they are, since the
-             cores report simulated-second rates and the clock is simulated.
+             GPU-second defaults (ttft_tolerance_s, ttft_tolerance_cached_max_s, latency_slack_s) apply
+             as they are, since the cores report simulated-second rates and the clock is simulated.
   figures    TTFT p50/p99 and end-to-end p99 over all requests (percentiles as numpy's linear rule),
              TTFT excess p99 over each request's floor, prefix-hit rate = hit / (hit + prefilled)
              tokens over the cores' counters, requests per replica, retractions.

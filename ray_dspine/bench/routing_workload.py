@@ -19,8 +19,8 @@ needs its own prefill step: floor_i = base_ms + per_token_ms * (P_i - h_i * B) (
 App rule: one pool `bench` of `num_replicas` simulated replicas sized by the capacity plan of
 `capacity` (the DSpine pool of clusters/sim.yaml), every reasoning level routed to it,
 max_ongoing_requests = the plan's running-request limit, and `RouterConfig(policy=p)` for the router
-p under test, its GPU-second defaults (ttft_tolerance_s, latency_slack_s) times engine_time_scale;
-nothing else differs between routers.
+p under test, its GPU-second defaults (ttft_tolerance_s, ttft_tolerance_cached_max_s,
+latency_slack_s) times engine_time_scale; nothing else differs between routers.
 Complexity: O(n log n) for n trace requests; the floor O(total prompt characters).
 """
 
@@ -232,6 +232,7 @@ def gpu_seconds_in_wall_time(engine_time_scale: float) -> dict[str, float]:
     defaults = RouterConfig.model_fields
     return {
         "ttft_tolerance_s": defaults["ttft_tolerance_s"].default * engine_time_scale,
+        "ttft_tolerance_cached_max_s": defaults["ttft_tolerance_cached_max_s"].default * engine_time_scale,
         "latency_slack_s": defaults["latency_slack_s"].default * engine_time_scale,
     }
 

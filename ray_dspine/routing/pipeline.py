@@ -130,7 +130,13 @@ class RoutingPipeline:
     def _ttft_guard(self) -> TtftGuard:
         if self._guard is None:
             cfg = self._config
-            self._guard = TtftGuard(self.prefix_index, cfg.default_prefill_tokens_per_s, cfg.ttft_tolerance_s or 0.0)
+            self._guard = TtftGuard(
+                self.prefix_index,
+                cfg.default_prefill_tokens_per_s,
+                cfg.ttft_tolerance_s or 0.0,
+                per_cached=cfg.ttft_tolerance_per_cached_s,
+                cached_max_s=cfg.ttft_tolerance_cached_max_s,
+            )
         return self._guard
 
     def _weighted_scorers(self) -> list[tuple[Scorer, float]]:

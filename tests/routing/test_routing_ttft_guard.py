@@ -42,13 +42,54 @@ def test_rule_the_estimate_counts_the_prefix_hit_before_the_tolerance():
     assert dropped == {"cold": "ttft: 4.00s predicted > best 3.50s + tolerance 0.4s"}
 
 
-def test_rule_negative_tolerance_is_refused():
-    with pytest.raises(ValueError, match="tolerance_s must be >= 0"):
-        TtftGuard(PrefixIndex(), RATE, tolerance_s=-1.0)
+def half_cached():
+    # 4 blocks, 2 cached on "cached": uncached = 40,000 * (1 - 2/4) = 20,000 -> 20,000 cached tokens, 2.0 s saved
+    index = PrefixIndex()
+    index.insert(["h0", "h1"], "cached")
+    request = RequestView("q", prefix_hashes=("h0", "h1", "h2", "h3"), prompt_tokens=40_000)
+    # cached: (80,000 + 20,000) / 10,000 = 10.0 s; cold: 40,000 / 10,000 = 4.0 s; 6.0 s over the best
+    return index, request, [view("cached", backlog_tokens=80_000), view("cold")]
 
 
-def sticky_pipeline(tolerance_s):
-    p = RoutingPipeline(RouterConfig(ttft_tolerance_s=tolerance_s), clock=lambda: 0.0)
+def test_rule_a_replica_may_cost_per_cached_seconds_per_second_of_prefill_its_cache_saves():
+    index, request, replicas = half_cached()
+    guard = TtftGuard(index, RATE, tolerance_s=5.0, per_cached=4.0, cached_max_s=12.0)
+    # allow(cached) = max(5, min(12, 4 * 2.0)) = 8 s: 10.0 <= 4.0 + 8 -> kept; cold (saves nothing) is the best
+    assert guard.allowances_s(request, replicas) == pytest.approx([8.0, 5.0])
+    kept, dropped = guard.keep(request, replicas)
+    assert [v.replica_id for v in kept] == ["cached", "cold"] and dropped == {}
+    # without the extension the 5 s tolerance alone drops it: 10.0 > 4.0 + 5
+    kept, dropped = TtftGuard(index, RATE, tolerance_s=5.0).keep(request, replicas)
+    assert dropped == {"cached": "ttft: 10.00s predicted > best 4.00s + tolerance 5s"}
+
+
+def test_rule_the_extension_is_capped_at_cached_max_s():
+    index, request, replicas = half_cached()
+    # allow(cached) = max(5, min(5.5, 8.0)) = 5.5 s: 10.0 > 4.0 + 5.5 -> dropped, the allowance in the reason
+    kept, dropped = TtftGuard(index, RATE, tolerance_s=5.0, per_cached=4.0, cached_max_s=5.5).keep(request, replicas)
+    assert [v.replica_id for v in kept] == ["cold"]
+    assert dropped == {"cached": "ttft: 10.00s predicted > best 4.00s + 5.50s allowed for its cached prefix (tolerance 5s)"}
+
+
+def test_rule_the_extension_never_allows_less_than_the_tolerance():
+    index, request, replicas = half_cached()
+    # per_cached 1: 1 * 2.0 s = 2 s < tolerance 6 -> allow 6; 10.0 <= 4.0 + 6 -> kept
+    guard = TtftGuard(index, RATE, tolerance_s=6.0, per_cached=1.0, cached_max_s=12.0)
+    assert guard.allowances_s(request, replicas) == pytest.approx([6.0, 6.0])
+    # cached_max_s below the tolerance does not lower it either
+    assert TtftGuard(index, RATE, 6.0, per_cached=4.0, cached_max_s=1.0).allowances_s(request, replicas) == [6.0, 6.0]
+
+
+@pytest.mark.parametrize("name", ["tolerance_s", "per_cached", "cached_max_s"])
+def test_rule_negative_parameters_are_refused(name):
+    values = {"tolerance_s": 1.0, "per_cached": 1.0, "cached_max_s": 1.0} | {name: -1.0}
+    with pytest.raises(ValueError, match=f"{name} must be >= 0"):
+        TtftGuard(PrefixIndex(), RATE, **values)
+
+
+def sticky_pipeline(tolerance_s, per_cached_s=0.0):
+    config = RouterConfig(ttft_tolerance_s=tolerance_s, ttft_tolerance_per_cached_s=per_cached_s)
+    p = RoutingPipeline(config, clock=lambda: 0.0)
     p.on_placed(RequestView("q0", session_id="s", prefix_hashes=("h0",), prompt_tokens=32_768), "home")
     p.on_completed("q0")
     return p
@@ -68,6 +109,14 @@ def test_rule_pipeline_guard_moves_a_turn_off_a_replica_stuck_behind_a_long_pref
     # (13.28 + 0.5) = 8.05 against other's 4 (predicted_ttft), the kv, mamba and queue scores equal: home first
     unguarded = sticky_pipeline(None).choose(TURN, replicas)
     assert unguarded.ranked_replica_ids == ("home", "other")
+
+
+def test_rule_pipeline_guard_lets_a_long_cached_prefix_wait_longer():
+    # home saves 32,768 tokens = 3.28 s of prefill; per_cached 3: allow min(12, 9.83) = 9.83 s, and
+    # 13.28 <= 6.55 + 9.83: home is kept, and affinity and the prefix win as without the guard (8.05 vs 4)
+    replicas = [view("home", backlog_tokens=100_000, total_kv_tokens=200_000), view("other", total_kv_tokens=200_000)]
+    decision = sticky_pipeline(5.0, per_cached_s=3.0).choose(TURN, replicas)
+    assert decision.ranked_replica_ids == ("home", "other") and decision.rejected == {}
 
 
 def test_rule_pipeline_guard_keeps_locality_inside_the_tolerance():
