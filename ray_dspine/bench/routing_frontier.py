@@ -22,6 +22,7 @@ Complexity: (B + T) * S replays for B baselines, T tolerances and S engine seeds
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 
@@ -49,8 +50,8 @@ def parse_tolerances(text: str) -> list[float | None]:
             try:
                 value = float(part)
             except ValueError:
-                value = -1.0
-            if not value >= 0.0 or value == float("inf"):
+                value = math.nan
+            if not 0.0 <= value < math.inf:
                 raise CliError(
                     f"argument {FLAG}: {part!r} is not a tolerance: give seconds >= 0 or 'none', e.g. 0,2,4,6,8,none"
                 )
