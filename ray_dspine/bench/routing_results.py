@@ -8,8 +8,10 @@ Rules (ok = a request that finished without error; every replica of the pool is 
                (routing_workload.py): the part of TTFT a router can change (queueing, lost cache
                hits, overheads), which raw p99 hides when the largest prompts set it.
   replays      records carry their replay in `repetition`; every figure pools all replays' requests
-               and replicas (p99 over 3 x 419 requests is steadier than over 419), and
-               ttft_p99_s_by_replay gives each replay's own p99.
+               and replicas (p99 over 3 x 419 requests is steadier than over 419);
+               ttft_p99_s_by_replay gives each replay's own p99 and prefix_hit_rate_by_replay its own
+               hit rate from the answers' usage (sum cached_prompt_tokens / sum prompt_tokens over its
+               ok requests), so the spread between replays shows next to the pooled figure.
   throughput   output_tokens_per_s = sum of ok output tokens / sum over replays of (last end - first
                send), wall seconds.
   prefix hits  prefix_hit_rate = sum_r prefix-hit tokens / sum_r (prefix-hit + prefilled tokens), from
@@ -80,6 +82,9 @@ class RouterFigures(BaseModel):
     ttft_p99_s_by_replay: list[float | None] = Field(
         default_factory=list, description="TTFT p99 of each replay alone, wall seconds (the spread between runs)."
     )
+    prefix_hit_rate_by_replay: list[float | None] = Field(
+        default_factory=list, description="Each replay's prefix-hit rate from the answers' usage."
+    )
 
 
 class Goal(BaseModel):
@@ -128,9 +133,8 @@ def router_figures(
     p99_by_replay = [
         _percentile([r.ttft_s for r in rs if r.ok and r.ttft_s is not None], 99) for _, rs in sorted(by_replay.items())
     ]
+    hit_by_replay = [_usage_hit_rate([r for r in rs if r.ok]) for _, rs in sorted(by_replay.items())]
     output_tokens = sum(r.output_tokens for r in ok)
-    prompt_tokens = sum(r.prompt_tokens for r in ok)
-    cached_tokens = sum(r.cached_prompt_tokens or 0 for r in ok)
     errors = Counter(f"http_{r.http_status}" if r.error_kind == "http_error" else str(r.error_kind) for r in records if not r.ok)
     replicas = []
     totals: Counter[str] = Counter()
@@ -168,7 +172,7 @@ def router_figures(
         output_tokens_per_s=rate,
         output_tokens_per_sim_s=rate * engine_time_scale,
         prefix_hit_rate=_hit_rate(totals["num_prefix_hit_tokens"], totals["num_prefill_tokens"]),
-        prefix_hit_rate_usage=cached_tokens / prompt_tokens if prompt_tokens > 0 else None,
+        prefix_hit_rate_usage=_usage_hit_rate(ok),
         num_waited_for_memory=totals["num_waited_for_memory"],
         num_waited_for_state_slots=totals["num_waited_for_state_slots"],
         num_retractions=totals["num_retractions"],
@@ -176,7 +180,13 @@ def router_figures(
         replicas=replicas,
         num_replays=len(by_replay),
         ttft_p99_s_by_replay=p99_by_replay,
+        prefix_hit_rate_by_replay=hit_by_replay,
     )
+
+
+def _usage_hit_rate(ok: list[RequestRecord]) -> float | None:
+    prompt_tokens = sum(r.prompt_tokens for r in ok)
+    return sum(r.cached_prompt_tokens or 0 for r in ok) / prompt_tokens if prompt_tokens > 0 else None
 
 
 def reduction(ours: float | None, base: float | None) -> float | None:
@@ -244,6 +254,11 @@ def format_table(figures: dict[str, RouterFigures], checks: list[Goal]) -> str:
         "(latencies in wall seconds; simulated GPU seconds = wall / engine_time_scale; excess p99: TTFT over "
         "each request's own no-queueing floor, simulated seconds)"
     )
+    for name, f in figures.items():
+        if f.num_replays > 1:
+            p99s = " / ".join(_fmt(v) for v in f.ttft_p99_s_by_replay)
+            hits = " / ".join(_fmt(v, "{:.3f}") for v in f.prefix_hit_rate_by_replay)
+            lines.append(f"{name:<12} per replay: TTFT p99 {p99s}; hit {hits}")
     for goal in checks:
         lines.append(f"goal {goal.name}: {_fmt(goal.value, '{:.3f}')} (target {goal.target}) {'met' if goal.met else 'NOT met'}")
     return "\n".join(lines)

@@ -55,7 +55,7 @@ class ScorerWeights(BaseModel):
     (engine seeds 0-5) the 6 s tolerance alone left ours 0.37 points under cache_aware's at a 14.5% p99
     cut, and 8 s alone +0.08 points at 8.4%; with the extension, 6 s gives -0.06 points at 13.7%.
     Ratios 4-6 and caps 8-12 s gave the same; an additive allowance (6 s + k x saved, k = 1-3) cut p99 by
-    7-11% for the same hit rate. On the six slices: 11.4% at -0.28 points (11.8% at -0.35 without).
+    7-11% (hit rate -0.07 to +0.15 points). On the six slices: 11.4% at -0.28 points (11.8% at -0.35 without).
     The tau-bench replay does not change (its turns' cached prefixes are short).
     """
 

@@ -7,7 +7,7 @@ import pytest
 
 from ray_dspine.bench.records import RequestRecord
 from ray_dspine.bench.routing_bench import register, settings_from_args, subtract
-from ray_dspine.bench.routing_results import goals, reduction, reduction_ceilings, router_figures
+from ray_dspine.bench.routing_results import format_table, goals, reduction, reduction_ceilings, router_figures
 from ray_dspine.bench.routing_workload import (
     RoutingBenchSettings,
     bench_app_config,
@@ -175,6 +175,21 @@ def test_rule_replays_pool_their_requests_and_keep_each_p99():
     assert f.ttft_p99_s_by_replay == pytest.approx([0.298, 0.596])
     # pooled p99 over 0.1, 0.2, 0.2, 0.3, 0.4, 0.6: h = 5 * 0.99 = 4.95 -> 0.4 + 0.95 * 0.2 = 0.59
     assert f.ttft_p99_s == pytest.approx(0.59)
+
+
+def test_rule_each_replay_keeps_its_own_hit_rate():
+    # replay 0: 0 + 50 + 100 cached of 3 x 100 prompt tokens = 0.5; replay 1: 20 of 300, its failed
+    # request (cached 100) left out = 20 / 200 = 0.1; pooled over the 5 ok requests: 170 / 500 = 0.34
+    first = [record(i, 0.1, 1.0, 10, cached) for i, cached in enumerate((0, 50, 100))]
+    second = [
+        record(3, 0.1, 1.0, 10, 20), record(4, 0.1, 1.0, 10, None), record(5, None, 1.0, 0, 100, error="busy"),
+    ]  # fmt: skip
+    second = [r.model_copy(update={"repetition": 1}) for r in second]
+    f = router_figures("headroom", "ours", first + second, [], 1.0)
+    assert f.prefix_hit_rate_by_replay == pytest.approx([0.5, 0.1])
+    assert f.prefix_hit_rate_usage == pytest.approx(0.34)
+    table = format_table({"headroom": f}, [])
+    assert "headroom     per replay: TTFT p99 0.10 / 0.10; hit 0.500 / 0.100" in table
 
 
 @pytest.mark.parametrize(
