@@ -173,7 +173,10 @@ def format_sweep_table(result: dict) -> str:
             hit_diff = (p["prefix_hit_rate"] - ca["prefix_hit_rate"]) * 100
         row += f" {_fmt(hit_diff, '{:+.2f} pt'):>19}  {'yes' if p['on_frontier'] else 'no':>8}  "
         missed = [g["name"] for g in p["goals"] if not g["met"]]
-        row += "missed: " + ", ".join(missed) if missed else "all met"
+        if missed:
+            row += "missed: " + ", ".join(missed)
+        else:
+            row += "all met" if base_names else "retractions: none (no baseline to compare with)"
         lines.append(row)
     for name, m in result["baselines"].items():
         lines.append(f"{name}: TTFT p99 {_fmt(m['ttft_p99_sim_s'], '{:.2f}')}, E2E p99 {_fmt(m['e2e_p99_sim_s'], '{:.2f}')}, "

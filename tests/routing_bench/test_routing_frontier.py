@@ -7,7 +7,7 @@ import pytest
 
 from ray_dspine.bench import routing_frontier
 from ray_dspine.bench.routing_bench import register
-from ray_dspine.bench.routing_frontier import on_frontier, parse_tolerances, run_tolerance_sweep
+from ray_dspine.bench.routing_frontier import format_sweep_table, on_frontier, parse_tolerances, run_tolerance_sweep
 from ray_dspine.bench.routing_frontier_plot import draw_tolerance_sweep
 from ray_dspine.bench.routing_virtual import replay_virtual
 from ray_dspine.bench.routing_workload import RoutingBenchSettings
@@ -101,6 +101,12 @@ def test_rule_points_average_the_seeds_and_judge_the_goals_on_the_means():
     assert result["baselines"]["cache_aware"]["prefix_hit_rate"] == pytest.approx(1024 / 2566)
     same = replay_virtual(two_requests(), SETTINGS, "headroom", 0, {})
     assert result["points"][1]["runs"][0]["requests_per_replica"] == same.requests_per_replica
+
+
+def test_table_says_when_no_baseline_was_replayed():
+    result = run_tolerance_sweep(two_requests(), SETTINGS.model_copy(update={"routers": ["headroom"]}), [0], [6.0], quiet)
+    row = format_sweep_table(result).splitlines()[1]
+    assert row.startswith("6 s*") and row.endswith("retractions: none (no baseline to compare with)")
 
 
 def test_sweep_needs_ours_among_the_routers():
