@@ -29,8 +29,8 @@ from collections.abc import Callable, Sequence
 from ray_dspine.cli_errors import CliError
 
 from .routing_results import OURS, goals_from, reduction
-from .routing_virtual import VirtualFigures, replay_virtual, virtual_router_config
-from .routing_virtual_report import mean_over_seeds
+from .routing_virtual import replay_virtual, virtual_router_config
+from .routing_virtual_report import mean_over_seeds, replay_each
 from .routing_workload import RoutingBenchSettings, describe_slice, ttft_floors_by_request
 from .traces.model import TraceRequest
 
@@ -101,13 +101,7 @@ def run_tolerance_sweep(
     slice_info = describe_slice(requests, settings)
     floors = ttft_floors_by_request(requests, settings)
     baselines = [name for name in settings.routers if name != OURS]
-    base_runs: dict[str, list[VirtualFigures]] = {name: [] for name in baselines}
-    for seed in engine_seeds:
-        for name in baselines:
-            figures = replay_virtual(requests, settings, name, seed, floors)
-            base_runs[name].append(figures)
-            progress(f"[seed {seed}] {name}: TTFT p99 {figures.ttft_p99_sim_s:.2f} simulated s, "
-                     f"prefix hit {figures.prefix_hit_rate or 0:.3f}")  # fmt: skip
+    base_runs = replay_each(requests, settings, baselines, engine_seeds, floors, progress)
     base_means = {name: mean_over_seeds(runs) for name, runs in base_runs.items()}
     default_config = virtual_router_config(settings, OURS)
     points = []

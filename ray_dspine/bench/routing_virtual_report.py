@@ -26,6 +26,28 @@ def mean_over_seeds(runs: list[VirtualFigures]) -> dict[str, float | None]:
     return means
 
 
+def replay_each(
+    requests: list[TraceRequest],
+    settings: RoutingBenchSettings,
+    policies: list[str],
+    engine_seeds: list[int],
+    floors: dict[str, float],
+    progress: Callable[[str], None],
+) -> dict[str, list[VirtualFigures]]:
+    """Each policy replayed once per engine seed (seeds outermost), one progress line per replay."""
+    runs: dict[str, list[VirtualFigures]] = {policy: [] for policy in policies}
+    for seed in engine_seeds:
+        for policy in policies:
+            begun = time.monotonic()
+            figures = replay_virtual(requests, settings, policy, seed, floors)
+            runs[policy].append(figures)
+            progress(
+                f"[seed {seed}] {policy}: TTFT p99 {figures.ttft_p99_sim_s:.2f} simulated s, "
+                f"prefix hit {figures.prefix_hit_rate or 0:.3f} ({time.monotonic() - begun:.1f} s)"
+            )
+    return runs
+
+
 def run_virtual_bench(
     requests: list[TraceRequest],
     settings: RoutingBenchSettings,
@@ -35,16 +57,7 @@ def run_virtual_bench(
     started = time.monotonic()
     slice_info = describe_slice(requests, settings)
     floors = ttft_floors_by_request(requests, settings)
-    runs: dict[str, list[VirtualFigures]] = {policy: [] for policy in settings.routers}
-    for seed in engine_seeds:
-        for policy in settings.routers:
-            begun = time.monotonic()
-            figures = replay_virtual(requests, settings, policy, seed, floors)
-            runs[policy].append(figures)
-            progress(
-                f"[seed {seed}] {policy}: TTFT p99 {figures.ttft_p99_sim_s:.2f} simulated s, "
-                f"prefix hit {figures.prefix_hit_rate or 0:.3f} ({time.monotonic() - begun:.1f} s)"
-            )
+    runs = replay_each(requests, settings, settings.routers, engine_seeds, floors, progress)
     means = {policy: mean_over_seeds(r) for policy, r in runs.items()}
     checks = []
     if OURS in means:

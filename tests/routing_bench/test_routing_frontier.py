@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from ray_dspine.bench import routing_frontier
+from ray_dspine.bench import routing_frontier, routing_virtual_report
 from ray_dspine.bench.routing_bench import register
 from ray_dspine.bench.routing_frontier import format_sweep_table, on_frontier, parse_tolerances, run_tolerance_sweep
 from ray_dspine.bench.routing_frontier_plot import draw_tolerance_sweep
@@ -76,6 +76,7 @@ def test_rule_ours_is_replayed_per_tolerance_and_seed_and_baselines_per_seed(mon
         return real(requests, settings, policy, seed, floors, config=config)
 
     monkeypatch.setattr(routing_frontier, "replay_virtual", recording)
+    monkeypatch.setattr(routing_virtual_report, "replay_virtual", recording)  # the baselines' replays
     result = run_tolerance_sweep(two_requests(), SETTINGS, [0, 1], [0.0, None, 6.0], quiet)
     assert sorted(c for c in calls if c[0] == "cache_aware") == [("cache_aware", 0, None), ("cache_aware", 1, None)]
     ours = [c for c in calls if c[0] == "headroom"]
