@@ -12,9 +12,12 @@ comes from the simulated engine: timings are the calibrated twin's, in wall seco
 `engine_time_scale` wall seconds per simulated GPU second.
 `--repeats R` replays the slice R times per router, interleaved (pow2, cache_aware, ours, pow2, ...)
 so that a slow spell of the host hits every router alike, and pools the requests of all replays into
-each router's figures (routing_results.py). `--virtual` skips Ray and the wall clock altogether
-(routing_virtual.py); with `--sweep-tolerance` it replays ours once per TTFT-guard tolerance
-(routing_frontier.py) and `--plot` draws the trade.
+each router's figures (routing_results.py); repeat i of ours pairs with repeat i of each baseline, and
+the paired goals (paired.py) give each goal's 95% interval over those pairs and whether the replays
+clear it, miss it or cannot tell. `--virtual` skips Ray and the wall clock altogether
+(routing_virtual.py), and `--slices` adds further session samples of the trace to pair over; with
+`--sweep-tolerance` it replays ours once per TTFT-guard tolerance (routing_frontier.py) and `--plot`
+draws the trade, otherwise `--plot` draws the paired goals (paired_plot.py).
 Bad flags and an empty or missing slice are reported as `error: argument --flag: ...`, exit status 2,
 before Ray starts.
 """
@@ -37,7 +40,8 @@ from ray_dspine.cli_errors import CliError, cli_errors, flag_error
 from .client import ClientSettings, StreamingClient
 from .records import RequestRecord
 from .replay import ReplayConfig, ReplaySink, replay
-from .routing_results import Goal, RouterFigures, format_table, goals, reduction_ceilings, router_figures
+from .paired import PairedGoal, format_paired, paired_goals
+from .routing_results import OURS, Goal, RouterFigures, format_table, goals, reduction_ceilings, router_figures
 from .routing_workload import (
     BENCH_MODEL,
     BENCH_POOL,
@@ -108,11 +112,20 @@ def register(subparsers) -> None:
         "--engine-seeds", default="0,1,2", help="--virtual: comma list of engine seeds, one replay each (default 0,1,2)"
     )
     parser.add_argument(
+        "--slices", default=None, metavar="LIST",
+        help="--virtual: comma list of session-sampling seeds, one slice each (default: --seed); every slice is "
+        "replayed once per engine seed and the paired goals pool all of them",
+    )  # fmt: skip
+    parser.add_argument(
         "--sweep-tolerance", default=None, metavar="LIST",
         help="--virtual: replay ours once per TTFT-guard tolerance (simulated s, or none), e.g. 0,2,4,6,8,none, "
         "against the baselines; prints the p99 TTFT / prefix-hit trade",
     )  # fmt: skip
-    parser.add_argument("--plot", default=None, help="--sweep-tolerance: also draw the trade to this PNG file")
+    parser.add_argument(
+        "--plot", default=None,
+        help="also draw a PNG: with --sweep-tolerance the p99 TTFT / prefix-hit trade, otherwise the paired goals "
+        "(each pair's p99 cut and hit difference, their mean and 95%% interval, the target)",
+    )  # fmt: skip
     parser.add_argument("--out", default=None, help="also write the JSON to this file")
     parser.add_argument("--json", action="store_true", help="print JSON only (progress still goes to stderr)")
     parser.set_defaults(func=routing_main)
@@ -254,6 +267,11 @@ def run_bench(settings: RoutingBenchSettings) -> tuple[dict, dict[str, RouterFig
         for policy in settings.routers
     }
     checks = goals(figures)
+    paired = paired_goals(
+        {name: f.ttft_p99_s_by_replay for name, f in figures.items()},
+        {name: f.prefix_hit_rate_by_replay for name, f in figures.items()},
+        OURS,
+    )
     return {
         "simulated": True,
         "command_line": list(sys.argv),
@@ -262,6 +280,7 @@ def run_bench(settings: RoutingBenchSettings) -> tuple[dict, dict[str, RouterFig
         "slice": slice_info,
         "routers": {name: f.model_dump(mode="json") for name, f in figures.items()},
         "goals": [g.model_dump(mode="json") for g in checks],
+        "paired_goals": [g.model_dump(mode="json") for g in paired],
         "ttft_p99_reduction_ceiling": reduction_ceilings(figures, slice_info["ttft_floor_p99_sim_s"]),
         "all_goals_met": all(g.met for g in checks) if checks else None,
         "wall_s": time.monotonic() - started,
@@ -273,8 +292,16 @@ def routing_main(args) -> int:
     settings = settings_from_args(args)
     if args.sweep_tolerance is not None and not args.virtual:
         raise CliError("argument --sweep-tolerance: sweeps run in virtual time; add --virtual")
-    if args.plot is not None and args.sweep_tolerance is None:
-        raise CliError("argument --plot: draws a tolerance sweep; add --virtual --sweep-tolerance LIST")
+    if args.slices is not None and not args.virtual:
+        raise CliError("argument --slices: several slices are replayed in virtual time; add --virtual")
+    if args.slices is not None and args.sweep_tolerance is not None:
+        raise CliError("argument --slices: a tolerance sweep replays one slice; choose it with --seed")
+    paired_baselines = {"pow2", "cache_aware"} & set(settings.routers)
+    if args.plot is not None and args.sweep_tolerance is None and (OURS not in settings.routers or not paired_baselines):
+        raise CliError(
+            "argument --plot: without --sweep-tolerance it draws the paired goals, which need headroom and "
+            "pow2 or cache_aware in --routers"
+        )
     for flag, path in (("--out", args.out), ("--plot", args.plot)):
         if path is not None and not Path(path).resolve().parent.is_dir():
             raise CliError(f"argument {flag}: folder {str(Path(path).parent)!r} does not exist; create it first")
@@ -287,10 +314,17 @@ def routing_main(args) -> int:
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:
             f.write(text + "\n")
+    if args.plot:
+        from .paired_plot import plot_paired
+
+        plot_paired(result, Path(args.plot))
+        progress(f"wrote {args.plot}")
     if args.json:
         print(text)
     else:
         print(format_table(figures, checks))
+        for line in format_paired([PairedGoal.model_validate(g) for g in result["paired_goals"]]):
+            print(line)
         floor = result["slice"]["ttft_floor_p99_sim_s"]
         for name, ceiling in result["ttft_p99_reduction_ceiling"].items():
             if ceiling is not None:
@@ -299,13 +333,15 @@ def routing_main(args) -> int:
     return 0
 
 
-def parse_seeds(text: str) -> list[int]:
+def parse_seeds(text: str, flag: str = "--engine-seeds") -> list[int]:
     try:
         seeds = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
         seeds = []
     if not seeds or min(seeds) < 0:
-        raise CliError(f"argument --engine-seeds: comma-separated seeds >= 0, e.g. 0,1,2 (got {text!r})")
+        raise CliError(f"argument {flag}: comma-separated seeds >= 0, e.g. 0,1,2 (got {text!r})")
+    if len(set(seeds)) != len(seeds):
+        raise CliError(f"argument {flag}: a seed is listed twice (got {text!r})")
     return seeds
 
 
@@ -314,12 +350,17 @@ def virtual_main(args, settings: RoutingBenchSettings) -> int:
     from .routing_virtual_report import format_virtual_table, run_virtual_bench
 
     seeds = parse_seeds(args.engine_seeds)
+    slice_seeds = parse_seeds(args.slices, "--slices") if args.slices is not None else [settings.seed]
     tolerances = parse_tolerances(args.sweep_tolerance) if args.sweep_tolerance is not None else None
-    requests = load_bench_slice(settings)
     if tolerances is None:
-        result = run_virtual_bench(requests, settings, seeds, progress)
+        slices = []
+        for seed in slice_seeds:
+            these = settings.model_copy(update={"seed": seed})
+            slices.append((these, load_bench_slice(these)))
+        result = run_virtual_bench(slices, seeds, progress)
         table = format_virtual_table
     else:
+        requests = load_bench_slice(settings)
         result = run_tolerance_sweep(requests, settings, seeds, tolerances, progress)
         table = format_sweep_table
     result["command_line"] = list(sys.argv)
@@ -327,10 +368,15 @@ def virtual_main(args, settings: RoutingBenchSettings) -> int:
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:
             f.write(text + "\n")
-    if args.plot:
+    if args.plot and tolerances is not None:
         from .routing_frontier_plot import plot_tolerance_sweep
 
         plot_tolerance_sweep(result, Path(args.plot))
+        progress(f"wrote {args.plot}")
+    elif args.plot:
+        from .paired_plot import plot_paired
+
+        plot_paired(result, Path(args.plot))
         progress(f"wrote {args.plot}")
     print(text if args.json else table(result))
     return 0

@@ -17,8 +17,9 @@ Rules (simulated seconds throughout):
              as the Ray adapter calls them). A request the policy makes wait is offered again every
              RETRY_S until placed.
   router     RouterConfig(policy, stale_after_s and assumed_stats_age_s in simulated seconds); its
-             GPU-second defaults (ttft_tolerance_s, ttft_tolerance_cached_max_s, latency_slack_s) apply
-             as they are, since the cores report simulated-second rates and the clock is simulated.
+             GPU-second defaults (ttft_tolerance_s, ttft_tolerance_cached_max_s, memory_wait_tolerance_s,
+             latency_slack_s) apply as they are, since the cores report simulated-second rates and the
+             clock is simulated.
   figures    TTFT p50/p99 and end-to-end p99 over all requests (percentiles as numpy's linear rule),
              TTFT excess p99 over each request's floor, prefix-hit rate = hit / (hit + prefilled)
              tokens over the cores' counters, requests per replica, retractions.
@@ -59,6 +60,7 @@ class VirtualFigures(BaseModel):
 
     router: str
     engine_seed: int
+    slice_seed: int = Field(default=0, description="The settings' session-sampling seed (which slice).")
     num_requests: int
     ttft_p50_sim_s: float
     ttft_p99_sim_s: float
@@ -211,12 +213,12 @@ def replay_virtual(
             sent[index] = replay.now
             if not replay.place(turns[index]):
                 waiting.append(turns[index])
-    return _figures(policy, engine_seed, turns, replay, sent, first, end, floors_sim_s)
+    return _figures(policy, (settings.seed, engine_seed), turns, replay, sent, first, end, floors_sim_s)
 
 
 def _figures(
     policy: str,
-    engine_seed: int,
+    seeds: tuple[int, int],
     turns: list[_Turn],
     replay: _Replay,
     sent: dict[int, float],
@@ -232,7 +234,8 @@ def _figures(
     total = hit + sum(c.num_prefill_tokens for c in counters)
     return VirtualFigures(
         router=policy,
-        engine_seed=engine_seed,
+        slice_seed=seeds[0],
+        engine_seed=seeds[1],
         num_requests=len(turns),
         ttft_p50_sim_s=float(np.percentile(ttft, 50)),
         ttft_p99_sim_s=float(np.percentile(ttft, 99)),

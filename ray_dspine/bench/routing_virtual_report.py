@@ -1,10 +1,11 @@
-"""The document and table of `bench routing --virtual`: every router over every engine seed.
+"""The document and table of `bench routing --virtual`: every router over every slice and engine seed.
 
-Rules: each router replays the slice once per engine seed (routing_virtual.py); a router's figure is
-the mean over the seeds (`mean_over_seeds`; retractions: their total), each seed's figures are kept
-under `runs`; the goals of
-routing_results.py are judged on the means, and the ceiling against each baseline is
-1 - floor_p99 / its mean p99.
+Rules: each router replays each slice (one per session-sampling seed, `--slices`) once per engine seed
+(routing_virtual.py), slices outermost, so run i of every router shares its slice and engine seed; a
+router's figure is the mean over its runs (`mean_over_seeds`; retractions: their total), each run's
+figures are kept under `runs`; the goals of routing_results.py are judged on the means, the paired
+goals of paired.py on run i of ours against run i of each baseline, and the ceiling against each
+baseline is 1 - floor_p99 / its mean p99, floor_p99 the mean of the slices' floors.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from .paired import PairedGoal, format_paired, paired_goals
 from .routing_results import OURS, goals_from, reduction
 from .routing_virtual import VirtualFigures, mean_or_none, replay_virtual
 from .routing_workload import RoutingBenchSettings, describe_slice, ttft_floors_by_request
@@ -48,16 +50,30 @@ def replay_each(
     return runs
 
 
+def _tagged(progress: Callable[[str], None], tag: str) -> Callable[[str], None]:
+    return lambda line: progress(tag + line)
+
+
 def run_virtual_bench(
-    requests: list[TraceRequest],
-    settings: RoutingBenchSettings,
+    slices: list[tuple[RoutingBenchSettings, list[TraceRequest]]],
     engine_seeds: list[int],
     progress: Callable[[str], None],
 ) -> dict:
+    """Every router over every (slice, engine seed); `slices` pairs each slice's settings with its requests."""
+    if not slices:
+        raise ValueError("no slice to replay")
     started = time.monotonic()
-    slice_info = describe_slice(requests, settings)
-    floors = ttft_floors_by_request(requests, settings)
-    runs = replay_each(requests, settings, settings.routers, engine_seeds, floors, progress)
+    settings = slices[0][0]
+    runs: dict[str, list[VirtualFigures]] = {policy: [] for policy in settings.routers}
+    infos = []
+    for these_settings, requests in slices:
+        info = describe_slice(requests, these_settings)
+        infos.append({"seed": these_settings.seed, **info})
+        floors = ttft_floors_by_request(requests, these_settings)
+        tell = progress if len(slices) == 1 else _tagged(progress, f"[slice {these_settings.seed}] ")
+        by_policy = replay_each(requests, these_settings, settings.routers, engine_seeds, floors, tell)
+        for policy, figures in by_policy.items():
+            runs[policy].extend(figures)
     means = {policy: mean_over_seeds(r) for policy, r in runs.items()}
     checks = []
     if OURS in means:
@@ -66,17 +82,25 @@ def run_virtual_bench(
             {p: m["prefix_hit_rate"] for p, m in means.items()},
             int(means[OURS]["num_retractions"] or 0),
         )
-    floor = slice_info["ttft_floor_p99_sim_s"]
+    paired = paired_goals(
+        {p: [f.ttft_p99_sim_s for f in r] for p, r in runs.items()},
+        {p: [f.prefix_hit_rate for f in r] for p, r in runs.items()},
+        OURS,
+    )
+    floor = sum(info["ttft_floor_p99_sim_s"] for info in infos) / len(infos)
     return {
         "simulated": True,
         "virtual": True,
         "note": "virtual time: simulated replica cores and the routers' own code, no Ray and no wall clock",
         "settings": settings.model_dump(mode="json"),
         "engine_seeds": engine_seeds,
-        "slice": slice_info,
+        "slice_seeds": [info["seed"] for info in infos],
+        "slice": infos[0],
+        "slices": infos,
         "routers": means,
         "runs": {policy: [f.model_dump(mode="json") for f in r] for policy, r in runs.items()},
         "goals": [g.model_dump(mode="json") for g in checks],
+        "paired_goals": [g.model_dump(mode="json") for g in paired],
         "ttft_p99_reduction_ceiling": {
             p: reduction(floor, m["ttft_p99_sim_s"]) for p, m in means.items() if p != OURS
         },
@@ -96,10 +120,14 @@ def format_virtual_table(result: dict) -> str:
             f"{name:<12} {_fmt(m['ttft_p50_sim_s']):>9} {_fmt(m['ttft_p99_sim_s']):>9} "
             f"{_fmt(m['ttft_excess_p99_sim_s']):>10} {_fmt(m['e2e_p99_sim_s']):>8} {_fmt(m['prefix_hit_rate'], '{:.3f}'):>6}"
         )
-    lines.append(f"(simulated seconds, virtual time, mean over engine seeds {result['engine_seeds']})")
+    slices = result.get("slice_seeds", [result["settings"]["seed"]])
+    lines.append(
+        f"(simulated seconds, virtual time, mean over slices {slices} x engine seeds {result['engine_seeds']})"
+    )
     for goal in result["goals"]:
         state = "met" if goal["met"] else "NOT met"
         lines.append(f"goal {goal['name']}: {_fmt(goal['value'], '{:.3f}')} (target {goal['target']}) {state}")
+    lines.extend(format_paired([PairedGoal.model_validate(g) for g in result.get("paired_goals", [])]))
     for name, ceiling in result["ttft_p99_reduction_ceiling"].items():
         if ceiling is not None:
             lines.append(f"ceiling vs {name}: at most {ceiling:.3f}")

@@ -185,6 +185,13 @@ class RouterConfig(BaseModel):
         ge=0.0,
         description="headroom: the most seconds over the best that the cached-prefix extension allows.",
     )
+    memory_wait_tolerance_s: float | None = Field(
+        default=2.0,
+        ge=0.0,
+        description="headroom: when the replica chosen among those that can hold the request now would "
+        "start it more than this many seconds later than a replica that is only short of memory, the "
+        "request waits for memory there instead (memory_wait.py); None places it at once.",
+    )
     assumed_stats_age_s: float = Field(
         default=1.0,
         ge=0.0,

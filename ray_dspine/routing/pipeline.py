@@ -10,6 +10,8 @@
     if kept is empty otherwise:  wait (the request stays queued; it is not placed to be retracted)
     near     = ttft_guard.keep(q, kept) when ttft_tolerance_s is set, else kept     (ttft_guard.py)
     ranking  = picker.rank(near, sum_s w_s * score_s)        (scorers/*, picker.py), then unreported
+    if memory_wait_tolerance_s is set and memory_wait.hold(q, ranking[0], kept, views):
+                 wait (a replica short of memory would start q far sooner; memory_wait.py)
 
 `on_placed(q, r)` records r in the ledger (with q's uncached prompt tokens on r, predicted_ttft.py),
 the prefix index (all of q's blocks) and the session table; `on_completed` releases the ledger
@@ -25,6 +27,7 @@ from typing import Callable, Sequence
 
 from ray_dspine.routing.config import RouterConfig
 from ray_dspine.routing.filters import filter_replicas, never_fits
+from ray_dspine.routing.memory_wait import MemoryWait
 from ray_dspine.routing.picker import rank, weighted_totals
 from ray_dspine.routing.prefix_index import PrefixIndex
 from ray_dspine.routing.registry import ScorerContext, build_scorers
@@ -52,6 +55,7 @@ class RoutingPipeline:
         self.ledger = ReservationLedger(clock, horizon_s=config.drop_after_s)
         self._scorers: list[tuple[Scorer, float]] | None = None
         self._guard: TtftGuard | None = None
+        self._memory_wait: MemoryWait | None = None
 
     def choose(self, request: RequestView, replicas: Sequence[ReplicaView]) -> Decision:
         cfg = self._config
@@ -92,6 +96,11 @@ class RoutingPipeline:
             weights[scorer.name] = weight
         totals = weighted_totals(candidates, scores, weights)
         ranked = rank(candidates, totals) + fallback
+        if cfg.memory_wait_tolerance_s is not None:
+            chosen = next(v for v in candidates if v.replica_id == ranked[0])
+            held = self._memory_wait_rule().hold(request, chosen, result.kept, views)
+            if held is not None:
+                return Decision((), wait=True, rejected=rejected, reason=held)
         per_replica = {
             name: {view.replica_id: value for view, value in zip(candidates, values)}
             for name, values in scores.items()
@@ -138,6 +147,19 @@ class RoutingPipeline:
                 cached_max_s=cfg.ttft_tolerance_cached_max_s,
             )
         return self._guard
+
+    def _memory_wait_rule(self) -> MemoryWait:
+        if self._memory_wait is None:
+            cfg = self._config
+            self._memory_wait = MemoryWait(
+                self.prefix_index,
+                cfg.default_prefill_tokens_per_s,
+                cfg.memory_wait_tolerance_s or 0.0,
+                cfg.drop_after_s,
+                per_cached=cfg.ttft_tolerance_per_cached_s,
+                cached_max_s=cfg.ttft_tolerance_cached_max_s,
+            )
+        return self._memory_wait
 
     def _weighted_scorers(self) -> list[tuple[Scorer, float]]:
         if self._scorers is None:

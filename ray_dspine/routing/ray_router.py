@@ -21,7 +21,8 @@ Placements are recorded as soon as `choose_replicas` picks a replica (tentativel
 on its way to the replica, and requests routed meanwhile must see it, or a burst lands on one replica),
 corrected in `on_request_routed` when Ray ended up on another replica (Ray calls it once a replica
 accepts, which is the default outside Ray Client) and released in `on_request_completed`; a tentative
-placement that is never confirmed ages out of the ledger after `drop_after_s`.
+placement that is never confirmed ages out of the ledger after `drop_after_s`, or is released at once
+when a later call for the same request answers wait.
 Ray runs at most 2 x replicas (cap 50) routing loops per handle and each waiting request holds one, so
 a backlog of requests that fit nowhere delays the requests queued behind it (first come, first served).
 """
@@ -102,6 +103,10 @@ class DSpineRequestRouter(RequestRouter):
         decision = self._policy.choose(request, views)
         self.last_decision = decision
         ranked = [rid for rid in decision.ranked_replica_ids if rid in by_id]
+        if not ranked and self._tentative.pop(request.request_id, None) is not None:
+            # Chosen on an earlier call but not routed (that replica's queue was full), and now told to
+            # wait: it is on no replica, so its tentative placement must not hold headroom there.
+            self._policy.on_completed(request.request_id)
         if ranked and self._tentative.get(request.request_id) != ranked[0]:
             if len(self._tentative) >= MAX_TENTATIVE:  # requests cancelled before Ray routed them
                 del self._tentative[next(iter(self._tentative))]
@@ -141,7 +146,8 @@ class DSpineRequestRouter(RequestRouter):
 
 
 class HeadroomRequestRouter(DSpineRequestRouter):
-    """Filters by KV/state headroom, scores affinity + headroom + queue, waits when nothing fits."""
+    """Filters by KV/state headroom, scores affinity + headroom + queue; waits when nothing fits, or when a
+    replica short of memory would start the request far sooner than those that fit (memory_wait.py)."""
 
     fixed_policy = "headroom"
 

@@ -3,7 +3,10 @@
 Load reports arrive every `request_routing_stats_period_s`; a burst placed between two reports would
 all see the same free KV. The ledger subtracts what this router placed since the report was taken:
 
-    pending(r, now) = { p placed on r : p.placed_at > now - stats_age_s(r), p not completed }
+    pending(r, now) = { p placed on r : p.placed_at >= now - stats_age_s(r), p not completed }
+                      (a placement made at the instant the report was taken counts: the report
+                       cannot show what was placed after it was read, and over-counting for one
+                       report period is safe where under-counting piles a burst onto one replica)
     free_kv'(r)     = free_kv(r)    - sum_{p in pending} p.needed_kv_tokens
     free_slots'(r)  = free_slots(r) - sum_{p in pending} p.num_state_slots * state_slots_per_request(r)
     num_queued'(r)  = num_queued(r) + |pending|
@@ -86,7 +89,7 @@ class ReservationLedger:
             kv = slots = count = prefill = 0
             since = now - view.stats_age_s
             for entry in reversed(self._by_replica.get(view.replica_id, {}).values()):
-                if entry.placed_at_s <= since:
+                if entry.placed_at_s < since:
                     break  # older entries are already in the report
                 kv += entry.needed_kv_tokens
                 slots += entry.num_state_slots

@@ -29,9 +29,11 @@ def pipeline(clock=None, **cfg):
 
 
 def test_rule_scored_ranking_default_weights():
-    p = pipeline()
+    clock = FakeClock(now=100.0)
+    p = pipeline(clock)
     earlier = RequestView("q0", session_id="s", prefix_hashes=("h0", "h1"), needed_kv_tokens=0)
     p.on_placed(earlier, "a")
+    clock.now = 100.5  # the reports below were taken after q0 was placed (and show it running on a)
     request = RequestView(
         "q1", session_id="s", prefix_hashes=("h0", "h1"), prompt_tokens=2000, needed_kv_tokens=1000
     )
@@ -105,6 +107,18 @@ def test_rule_reservations_count_placements_newer_than_the_report():
     # q1 completes: nothing is deducted even from the old report
     p.on_completed("q1")
     assert set(p.choose(request, [view("a", age=1.0), view("b", age=1.0)]).ranked_replica_ids) == {"a", "b"}
+
+
+def test_rule_a_placement_at_the_instant_of_the_report_counts_as_pending():
+    clock = FakeClock(now=10.0)
+    ledger = ReservationLedger(clock, horizon_s=60.0)
+    ledger.place(RequestView("q1", needed_kv_tokens=6000, prompt_tokens=5000), "a")  # placed at t=10
+    # A report taken at t=10 (age 0) was read before q1 was placed: q1 is deducted.
+    (same_instant,) = ledger.apply([view("a", age=0.0)])
+    assert (same_instant.load.free_kv_tokens, same_instant.load.pending_prefill_tokens) == (4000, 5000)
+    clock.now = 10.25  # a report taken at t=10.25 shows q1
+    (later,) = ledger.apply([view("a", age=0.0)])
+    assert (later.load.free_kv_tokens, later.load.num_queued) == (10_000, 0)
 
 
 def test_rule_reservation_ledger_adjusts_slots_and_queue_and_forgets_after_horizon():

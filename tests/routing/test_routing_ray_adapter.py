@@ -126,3 +126,29 @@ def test_rule_a_choice_is_reserved_before_ray_confirms_it():
     router.on_request_completed(by_id[ids[0]].replica_id, "i1")
     router.on_request_completed(by_id[ids[0]].replica_id, "i2")
     assert ledger.num_live() == 0 and router._tentative == {}
+
+
+def test_a_request_told_to_wait_releases_its_earlier_tentative_placement():
+    import asyncio
+    from types import SimpleNamespace
+
+    from ray_dspine.engines.protocol import GenerateRequest
+
+    def replica(rid, **load):
+        stats = LoadSnapshot(**{"total_kv_tokens": 10_000, "free_kv_tokens": 10_000, **load}).model_dump()
+        return SimpleNamespace(replica_id=SimpleNamespace(unique_id=rid), routing_stats=stats)
+
+    router = bare(HeadroomRequestRouter)
+    router.initialize_state()
+    generate = GenerateRequest(request_id="q1", prompt="x", max_tokens=100, estimated_prompt_tokens=4_000)
+    pending = SimpleNamespace(
+        args=[generate], metadata=SimpleNamespace(session_id=None), routing_context=SimpleNamespace(should_backoff=False)
+    )
+    chosen = asyncio.run(router.choose_replicas([replica("a")], pending))
+    assert [[r.replica_id.unique_id for r in group] for group in chosen] == [["a"]]
+    assert router._tentative == {"q1": "a"} and router._policy.ledger.num_live() == 1
+    # Ray could not route it (a's queue was full); now a cannot hold 4,100 tokens: the answer is wait,
+    # and the tentative placement on a is released rather than left to hold a's headroom.
+    assert asyncio.run(router.choose_replicas([replica("a", free_kv_tokens=1_000)], pending)) == []
+    assert router._tentative == {} and router._policy.ledger.num_live() == 0
+    assert pending.routing_context.should_backoff is True

@@ -45,6 +45,14 @@ def test_tiny_routing_bench_reports_every_field_for_every_router():
     assert names == {"ttft_p99_reduction_vs_pow2", "ttft_p99_reduction_vs_cache_aware",
                      "prefix_hit_rate_minus_cache_aware", "retractions"}  # fmt: skip
     assert set(result["ttft_p99_reduction_ceiling"]) == {"pow2", "cache_aware"}
+    # Repeat i of ours pairs with repeat i of each baseline: two pairs per paired goal.
+    paired = {g["name"]: g for g in result["paired_goals"]}
+    assert set(paired) == {"ttft_p99_reduction_vs_pow2", "ttft_p99_reduction_vs_cache_aware",
+                           "prefix_hit_points_vs_cache_aware"}  # fmt: skip
+    ours, ca = result["routers"]["headroom"], result["routers"]["cache_aware"]
+    cuts = [1 - o / c for o, c in zip(ours["ttft_p99_s_by_replay"], ca["ttft_p99_s_by_replay"])]
+    assert paired["ttft_p99_reduction_vs_cache_aware"]["per_pair"] == pytest.approx(cuts)
+    assert all(g["num_pairs"] == 2 for g in paired.values())
     progress = [line for line in done.stderr.splitlines() if line.startswith("[")]
     # one progress line per replay, interleaved: pow2, cache_aware, headroom, pow2, ...
     assert [line.split("] ")[1].split(":")[0] for line in progress] == ROUTERS * 2

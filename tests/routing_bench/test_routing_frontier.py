@@ -168,7 +168,8 @@ def run_cli(argv: list[str]) -> int:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [(["--sweep-tolerance", "0,6"], "error: argument --sweep-tolerance: sweeps run in virtual time; add --virtual"),
-     (["--virtual", "--plot", "x.png"], "error: argument --plot: draws a tolerance sweep; add --virtual --sweep-tolerance"),
+     (["--virtual", "--routers", "headroom", "--plot", "x.png"],
+      "error: argument --plot: without --sweep-tolerance it draws the paired goals, which need headroom and pow2"),
      (["--virtual", "--sweep-tolerance", "0", "--plot", "/nonexistent-folder/x.png"],
       "error: argument --plot: folder '/nonexistent-folder' does not exist"),
      (["--virtual", "--sweep-tolerance", "0,-2"], "error: argument --sweep-tolerance: '-2' is not a tolerance")],

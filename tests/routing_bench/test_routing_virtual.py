@@ -85,3 +85,48 @@ def test_cli_bad_engine_seeds_are_named(capsys):
     args = parser.parse_args(["routing", "--virtual", "--engine-seeds", "x"])
     assert args.func(args) == 2
     assert capsys.readouterr().err.startswith("error: argument --engine-seeds: comma-separated seeds >= 0")
+
+
+def test_cli_virtual_pairs_runs_over_slices_and_engine_seeds(capsys, tmp_path):
+    if not (default_traces_dir() / NAMED_TRACES["mooncake"]).is_file():
+        pytest.skip("the Mooncake trace is not present")
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    png = tmp_path / "paired.png"
+    argv = ["routing", "--virtual", "--window-s", "120", "--session-fraction", "0.05", "--slices", "0,1",
+            "--engine-seeds", "0", "--plot", str(png), "--json"]  # fmt: skip
+    args = parser.parse_args(argv)
+    assert args.func(args) == 0
+    out = capsys.readouterr()
+    result = json.loads(out.out)
+    assert result["slice_seeds"] == [0, 1] and [s["seed"] for s in result["slices"]] == [0, 1]
+    for runs in result["runs"].values():  # slices outermost, so run i of every router is the same replay
+        assert [(r["slice_seed"], r["engine_seed"]) for r in runs] == [(0, 0), (1, 0)]
+        assert [r["num_requests"] for r in runs] == [s["num_requests"] for s in result["slices"]]
+    paired = {g["name"]: g for g in result["paired_goals"]}
+    assert set(paired) == {"ttft_p99_reduction_vs_pow2", "ttft_p99_reduction_vs_cache_aware",
+                           "prefix_hit_points_vs_cache_aware"}  # fmt: skip
+    ours, ca = result["runs"]["headroom"], result["runs"]["cache_aware"]
+    expected = [100 * (o["prefix_hit_rate"] - c["prefix_hit_rate"]) for o, c in zip(ours, ca)]
+    assert paired["prefix_hit_points_vs_cache_aware"]["per_pair"] == pytest.approx(expected)
+    assert all(g["num_pairs"] == 2 and g["ci95_low"] is not None for g in paired.values())
+    assert out.err.count("[slice 0] [seed 0]") == 3 and out.err.count("[slice 1] [seed 0]") == 3
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"wrote {png}" in out.err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--slices", "0,1"], "argument --slices: several slices are replayed in virtual time; add --virtual"),
+        (["--virtual", "--slices", "0,1", "--sweep-tolerance", "4,6"], "argument --slices: a tolerance sweep"),
+        (["--virtual", "--slices", "1,1"], "argument --slices: a seed is listed twice"),
+        (["--virtual", "--slices", "-1"], "argument --slices: comma-separated seeds >= 0"),
+        (["--virtual", "--engine-seeds", "0,0"], "argument --engine-seeds: a seed is listed twice"),
+    ],
+)
+def test_cli_bad_slices_are_named(capsys, argv, message):
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    args = parser.parse_args(["routing", *argv])
+    assert args.func(args) == 2
+    assert capsys.readouterr().err.startswith(f"error: {message}")

@@ -1,0 +1,116 @@
+"""Memory wait (ray_dspine/routing/memory_wait.py): one test per stated rule, figures worked by hand."""
+
+import math
+
+import pytest
+
+from ray_dspine.engines.protocol import LoadSnapshot
+from ray_dspine.routing.config import RouterConfig
+from ray_dspine.routing.memory_wait import MemoryWait, eligible
+from ray_dspine.routing.pipeline import RoutingPipeline
+from ray_dspine.routing.prefix_index import PrefixIndex
+from ray_dspine.routing.types import ReplicaView, RequestView
+
+RATE = 10_000.0  # prefill tokens per second
+
+
+def view(rid, backlog_tokens=0, free_kv_tokens=100_000, total_kv_tokens=100_000, age=0.0, healthy=True):
+    load = LoadSnapshot(
+        healthy=healthy,
+        total_kv_tokens=total_kv_tokens,
+        free_kv_tokens=free_kv_tokens,
+        pending_prefill_tokens=backlog_tokens,
+        prefill_tokens_per_s=RATE,
+    )
+    return ReplicaView(rid, load, age)
+
+
+def request(prompt_tokens=10_000, hashes=("h0", "h1", "h2", "h3")):
+    return RequestView("q", prefix_hashes=hashes, prompt_tokens=prompt_tokens, needed_kv_tokens=prompt_tokens + 100)
+
+
+def test_rule_eligible_replicas_could_hold_the_request_once_memory_frees():
+    q = request()
+    replicas = [
+        view("full", free_kv_tokens=0),  # short of memory now: eligible
+        view("small", total_kv_tokens=5_000, free_kv_tokens=5_000),  # could never hold 10,100 tokens
+        view("sick", healthy=False),
+        view("silent", age=61.0),  # older than drop_after_s 60
+        view("new", age=math.inf),  # never reported
+        view("free"),
+    ]
+    assert [v.replica_id for v in eligible(q, replicas, drop_after_s=60.0)] == ["full", "free"]
+
+
+def hold(rule, q, chosen, kept, replicas):
+    by_id = {v.replica_id: v for v in replicas}
+    return rule.hold(q, by_id[chosen], [by_id[k] for k in kept], replicas)
+
+
+def test_rule_hold_when_the_chosen_replica_starts_the_request_more_than_the_tolerance_later():
+    rule = MemoryWait(PrefixIndex(), RATE, tolerance_s=4.0, drop_after_s=60.0)
+    q = request()  # 10,000 uncached tokens everywhere: 1.0 s of prefill
+    # fits: (90,000 + 10,000) / 10,000 = 10.0 s; full: (20,000 + 10,000) / 10,000 = 3.0 s; 10 > 3 + 4
+    replicas = [view("fits", backlog_tokens=90_000), view("full", backlog_tokens=20_000, free_kv_tokens=0)]
+    assert hold(rule, q, "fits", ["fits"], replicas) == (
+        "waiting for memory on full: 3.00s predicted there against 10.00s on fits, which can hold it now (allowed 4.00s)"
+    )
+    # 7.0 s on the chosen replica is exactly 3 + 4: placed (the rule holds only beyond the tolerance)
+    assert hold(rule, q, "fits", ["fits"], [view("fits", backlog_tokens=60_000), replicas[1]]) is None
+
+
+def test_rule_only_replicas_short_of_memory_are_waited_for():
+    rule = MemoryWait(PrefixIndex(), RATE, tolerance_s=4.0, drop_after_s=60.0)
+    q = request()
+    # "fast" (1.0 s) fits now as well: choosing between replicas that fit is the TTFT guard's job
+    replicas = [view("slow", backlog_tokens=90_000), view("fast")]
+    assert hold(rule, q, "slow", ["slow", "fast"], replicas) is None
+    # the same "fast" short of memory: the request waits for it
+    assert hold(rule, q, "slow", ["slow"], replicas).startswith("waiting for memory on fast: 1.00s")
+
+
+def test_rule_a_long_cached_prefix_on_the_chosen_replica_widens_the_allowance():
+    index = PrefixIndex()
+    index.insert(["h0", "h1", "h2"], "home")
+    # 40,000-token prompt, 3 of 4 blocks cached on home: uncached 10,000 there, saved 30,000 tokens = 3.0 s
+    q = request(prompt_tokens=40_000)
+    # home: (100,000 + 10,000) / 10,000 = 11.0 s; other: (0 + 40,000) / 10,000 = 4.0 s: 7.0 s over the best
+    replicas = [view("home", backlog_tokens=100_000), view("other", free_kv_tokens=0)]
+    plain = MemoryWait(index, RATE, tolerance_s=4.0, drop_after_s=60.0)
+    assert hold(plain, q, "home", ["home"], replicas) is not None  # 11 > 4 + 4
+    # allow(home) = max(4, min(12, 4 * 3.0)) = 12 s: 11 <= 4 + 12, placed at home
+    widened = MemoryWait(index, RATE, tolerance_s=4.0, drop_after_s=60.0, per_cached=4.0, cached_max_s=12.0)
+    assert hold(widened, q, "home", ["home"], replicas) is None
+    # the cap: allow = max(4, min(5, 12)) = 5 s: 11 > 4 + 5, held
+    capped = MemoryWait(index, RATE, tolerance_s=4.0, drop_after_s=60.0, per_cached=4.0, cached_max_s=5.0)
+    assert "allowed 5.00s" in hold(capped, q, "home", ["home"], replicas)
+
+
+def test_rule_the_wait_ends_once_the_chosen_backlog_drains_to_the_tolerance():
+    # In the pipeline the ledger drains a report's backlog at its rate while it ages: 100,000 tokens
+    # reported on "fits" are 20,000 after 8 s, so est = (20,000 + 10,000) / 10,000 = 3.0 <= 1.0 + 2
+    # (the default tolerance); after 6 s, 5.0 > 3.0 and it still waits.
+    p = RoutingPipeline(RouterConfig(), clock=lambda: 100.0)
+    q = request()
+    full = view("full", free_kv_tokens=0)  # est (0 + 10,000) / 10,000 = 1.0 s, but no room now
+    held = p.choose(q, [view("fits", backlog_tokens=100_000), full])
+    assert held.wait and held.ranked_replica_ids == () and held.reason.startswith("waiting for memory on full")
+    assert "kv:" in held.rejected["full"]
+    assert p.choose(q, [view("fits", backlog_tokens=100_000, age=6.0), full]).wait
+    placed = p.choose(q, [view("fits", backlog_tokens=100_000, age=8.0), full])
+    assert placed.ranked_replica_ids == ("fits",) and not placed.wait
+
+
+def test_rule_none_turns_the_wait_off():
+    p = RoutingPipeline(RouterConfig(memory_wait_tolerance_s=None), clock=lambda: 100.0)
+    decision = p.choose(request(), [view("fits", backlog_tokens=100_000), view("full", free_kv_tokens=0)])
+    assert decision.ranked_replica_ids == ("fits",)
+
+
+def test_bad_parameters_are_refused():
+    with pytest.raises(ValueError, match="tolerance_s must be >= 0"):
+        MemoryWait(PrefixIndex(), RATE, tolerance_s=-1.0, drop_after_s=60.0)
+    with pytest.raises(ValueError, match="drop_after_s must be > 0"):
+        MemoryWait(PrefixIndex(), RATE, tolerance_s=4.0, drop_after_s=0.0)
+    with pytest.raises(ValueError, match="greater than or equal to 0"):
+        RouterConfig(memory_wait_tolerance_s=-0.5)
