@@ -1,4 +1,4 @@
-"""Memory wait: do not place a request where it fits now if a replica short of memory would start it far sooner.
+"""Memory wait: do not queue a request behind a long backlog where it fits when a replica short of memory has a short one.
 
 The capacity filters keep only replicas that can hold the request's KV tokens and state slots now. When
 the pool runs out of KV, that is often a single replica that has just freed memory, and it may hold a
@@ -8,29 +8,30 @@ seconds), while a replica with a short backlog frees memory within a few decode 
     eligible     = { r : healthy(r), reported, age(r) <= drop_after_s, fits_when_empty(q, r) }
                    (replicas that could hold q once their memory frees; filters.py)
     short        = eligible minus the replicas the filters kept (those short of memory now)
-    est(q, r)    = predicted TTFT, (pending_prefill_tokens(r) + uncached(q, r)) / rate(r)  seconds
-                   (scorers/predicted_ttft.py, on ledger-adjusted loads)
+    backlog(r)   = pending_prefill_tokens(r) / rate(r)          seconds of prefill queued ahead
+                   (ledger-adjusted loads; rate as in scorers/predicted_ttft.py)
     allow(q, c)  = max(tolerance_s, min(cached_max_s, per_cached * saved(q, c)))
                    (the TTFT guard's allowance, ttft_guard.py, with this rule's own tolerance_s:
-                   a replica whose cache saves a long prefill may still be slower)
-    hold(q, c)   = est(q, c) > min_{r in short} est(q, r) + allow(q, c)
+                   a replica whose cache saves a long prefill may hold a longer backlog)
+    hold(q, c)   = backlog(c) > min_{r in short} backlog(r) + allow(q, c)
                    for the replica c the pipeline chose among the kept ones (no hold when short is
                    empty: a faster replica that fits now is the TTFT guard's business, not this rule's)
 
-A held request waits (it is offered again, as when nothing fits) and is placed once the faster replica
-frees memory, or once the chosen replica's backlog has drained to within allow(q, c) of the best:
-with no new placements on it, est(q, c) falls by one second per second while the best stays >= 0, so
-the wait is at most est(q, c) - allow(q, c). `tolerance_s` stands for the seconds a replica short of
-memory needs to free it (decode steps finishing requests), which est does not see.
+The rule compares backlogs, not whole TTFT estimates: a replica short of memory that caches the
+request's prefix would also start it sooner, but waiting for it could last as long as its memory
+stays full. Backlogs drain: with no new placements on c, backlog(c) falls by one second per second
+while the shortest stays >= 0, so a held request waits at most backlog(c) - allow(q, c) and is placed
+earlier if the faster replica frees memory. `tolerance_s` stands for the seconds a replica short of
+memory needs to free it (decode steps finishing requests), which the backlogs do not show.
 Measured (SIMULATED, `bench routing --virtual`, ours against cache_aware, mean of per-replay p99 cuts
-and hit differences): over Mooncake slices 0-11 x engine seeds 0-2 the rule off / 2 / 4 / 8 s cut
-p99 by 8.2 / 11.3 / 11.7 / 11.4% at -0.32 / -0.01 / -0.20 / -0.27 points of hit rate, and the worst
-replay went from 49.7% slower than cache_aware to 2.0%; on slices 12-17 (a held-out check) off / 2 /
-4 s gave 1.3 / 12.3 / 11.5% at -0.90 / +0.32 / +0.20 points. The bench slice (slice 0) never fills its
-KV, so the rule does not fire there.
+and hit differences, engine seeds 0-2): over Mooncake slices 0-11 the rule off / on (2 s) cut p99 by
+8.2 / 11.3% at -0.32 / -0.15 points of hit rate, and the worst replay went from 49.7% slower than
+cache_aware to 2.0%; on slices 12-17 (a held-out check), 1.3 / 11.1% at -0.90 / -0.13 points, worst
+56.2% / 1.3% slower. The bench slice (slice 0) never has a replica short of memory, so the rule does
+not fire there.
 Parameters: tolerance_s >= 0 (s); per_cached >= 0 (s per s) and cached_max_s >= 0 (s), as the guard's;
 drop_after_s > 0 (s); default_prefill_tokens_per_s > 0 (tokens/s).
-Complexity: O(n * R) (one prefix walk, one estimate per replica).
+Complexity: O(R) plus one prefix walk for the chosen replica's allowance.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from typing import Sequence
 
 from ray_dspine.routing.filters import check_fresh, fits_when_empty
 from ray_dspine.routing.prefix_index import PrefixIndex
-from ray_dspine.routing.scorers.predicted_ttft import predicted_ttft_s
+from ray_dspine.routing.scorers.predicted_ttft import prefill_rate
 from ray_dspine.routing.ttft_guard import TtftGuard
 from ray_dspine.routing.types import ReplicaView, RequestView
 
@@ -70,7 +71,6 @@ class MemoryWait:
             raise ValueError(f"drop_after_s must be > 0, got {drop_after_s}")
         # The guard checks tolerance_s, per_cached, cached_max_s and the default rate.
         self._allowance = TtftGuard(index, default_prefill_tokens_per_s, tolerance_s, per_cached, cached_max_s)
-        self._index = index
         self._default_rate = default_prefill_tokens_per_s
         self._tolerance_s = tolerance_s
         self._drop_after_s = drop_after_s
@@ -83,12 +83,15 @@ class MemoryWait:
         short = [v for v in eligible(request, replicas, self._drop_after_s) if v.replica_id not in kept_ids]
         if not short:
             return None
-        estimates = predicted_ttft_s(self._index, self._default_rate, request, [chosen, *short])
-        chosen_s, best_s, best_id = estimates[0], *min(zip(estimates[1:], (v.replica_id for v in short)))
+        chosen_s = self._backlog_s(chosen)
+        best_s, best_id = min((self._backlog_s(v), v.replica_id) for v in short)
         allow_s = self._allowance.allowances_s(request, [chosen])[0]
         if chosen_s <= best_s + allow_s:
             return None
         return (
-            f"waiting for memory on {best_id}: {best_s:.2f}s predicted there against "
+            f"waiting for memory on {best_id}: {best_s:.2f}s of prefill queued there against "
             f"{chosen_s:.2f}s on {chosen.replica_id}, which can hold it now (allowed {allow_s:.2f}s)"
         )
+
+    def _backlog_s(self, view: ReplicaView) -> float:
+        return view.load.pending_prefill_tokens / prefill_rate(view, self._default_rate)

@@ -11,7 +11,7 @@
     near     = ttft_guard.keep(q, kept) when ttft_tolerance_s is set, else kept     (ttft_guard.py)
     ranking  = picker.rank(near, sum_s w_s * score_s)        (scorers/*, picker.py), then unreported
     if memory_wait_tolerance_s is set and memory_wait.hold(q, ranking[0], kept, views):
-                 wait (a replica short of memory would start q far sooner; memory_wait.py)
+                 wait (a replica short of memory has a far shorter prefill backlog; memory_wait.py)
 
 `on_placed(q, r)` records r in the ledger (with q's uncached prompt tokens on r, predicted_ttft.py),
 the prefix index (all of q's blocks) and the session table; `on_completed` releases the ledger

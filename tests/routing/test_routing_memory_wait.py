@@ -47,52 +47,64 @@ def hold(rule, q, chosen, kept, replicas):
     return rule.hold(q, by_id[chosen], [by_id[k] for k in kept], replicas)
 
 
-def test_rule_hold_when_the_chosen_replica_starts_the_request_more_than_the_tolerance_later():
+def test_rule_hold_when_the_chosen_replica_has_more_than_the_tolerance_of_extra_backlog():
     rule = MemoryWait(PrefixIndex(), RATE, tolerance_s=4.0, drop_after_s=60.0)
-    q = request()  # 10,000 uncached tokens everywhere: 1.0 s of prefill
-    # fits: (90,000 + 10,000) / 10,000 = 10.0 s; full: (20,000 + 10,000) / 10,000 = 3.0 s; 10 > 3 + 4
+    q = request()
+    # backlogs: fits 90,000 / 10,000 = 9.0 s; full 20,000 / 10,000 = 2.0 s; 9 > 2 + 4
     replicas = [view("fits", backlog_tokens=90_000), view("full", backlog_tokens=20_000, free_kv_tokens=0)]
     assert hold(rule, q, "fits", ["fits"], replicas) == (
-        "waiting for memory on full: 3.00s predicted there against 10.00s on fits, which can hold it now (allowed 4.00s)"
+        "waiting for memory on full: 2.00s of prefill queued there against 9.00s on fits, "
+        "which can hold it now (allowed 4.00s)"
     )
-    # 7.0 s on the chosen replica is exactly 3 + 4: placed (the rule holds only beyond the tolerance)
+    # 6.0 s on the chosen replica is exactly 2 + 4: placed (the rule holds only beyond the tolerance)
     assert hold(rule, q, "fits", ["fits"], [view("fits", backlog_tokens=60_000), replicas[1]]) is None
 
 
 def test_rule_only_replicas_short_of_memory_are_waited_for():
     rule = MemoryWait(PrefixIndex(), RATE, tolerance_s=4.0, drop_after_s=60.0)
     q = request()
-    # "fast" (1.0 s) fits now as well: choosing between replicas that fit is the TTFT guard's job
+    # "fast" (no backlog) fits now as well: choosing between replicas that fit is the TTFT guard's job
     replicas = [view("slow", backlog_tokens=90_000), view("fast")]
     assert hold(rule, q, "slow", ["slow", "fast"], replicas) is None
     # the same "fast" short of memory: the request waits for it
-    assert hold(rule, q, "slow", ["slow"], replicas).startswith("waiting for memory on fast: 1.00s")
+    assert hold(rule, q, "slow", ["slow"], replicas).startswith("waiting for memory on fast: 0.00s")
+
+
+def test_rule_backlogs_not_cache_hits_decide():
+    # "home" caches the whole prompt but is full; "fits" has nothing cached. Both backlogs are empty, so
+    # the request is placed on "fits" (it prefills 4 s there) rather than waiting for home's memory,
+    # which could stay full for as long as home's running requests last.
+    index = PrefixIndex()
+    index.insert(["h0", "h1", "h2", "h3"], "home")
+    rule = MemoryWait(index, RATE, tolerance_s=2.0, drop_after_s=60.0)
+    q = request(prompt_tokens=40_000)
+    assert hold(rule, q, "fits", ["fits"], [view("fits"), view("home", free_kv_tokens=0)]) is None
 
 
 def test_rule_a_long_cached_prefix_on_the_chosen_replica_widens_the_allowance():
     index = PrefixIndex()
     index.insert(["h0", "h1", "h2"], "home")
-    # 40,000-token prompt, 3 of 4 blocks cached on home: uncached 10,000 there, saved 30,000 tokens = 3.0 s
+    # 40,000-token prompt, 3 of 4 blocks cached on home: saved 30,000 tokens = 3.0 s of prefill there
     q = request(prompt_tokens=40_000)
-    # home: (100,000 + 10,000) / 10,000 = 11.0 s; other: (0 + 40,000) / 10,000 = 4.0 s: 7.0 s over the best
+    # backlogs: home 100,000 / 10,000 = 10.0 s; other 0 s, but full
     replicas = [view("home", backlog_tokens=100_000), view("other", free_kv_tokens=0)]
     plain = MemoryWait(index, RATE, tolerance_s=4.0, drop_after_s=60.0)
-    assert hold(plain, q, "home", ["home"], replicas) is not None  # 11 > 4 + 4
-    # allow(home) = max(4, min(12, 4 * 3.0)) = 12 s: 11 <= 4 + 12, placed at home
+    assert hold(plain, q, "home", ["home"], replicas) is not None  # 10 > 0 + 4
+    # allow(home) = max(4, min(12, 4 * 3.0)) = 12 s: 10 <= 0 + 12, placed at home
     widened = MemoryWait(index, RATE, tolerance_s=4.0, drop_after_s=60.0, per_cached=4.0, cached_max_s=12.0)
     assert hold(widened, q, "home", ["home"], replicas) is None
-    # the cap: allow = max(4, min(5, 12)) = 5 s: 11 > 4 + 5, held
+    # the cap: allow = max(4, min(5, 12)) = 5 s: 10 > 0 + 5, held
     capped = MemoryWait(index, RATE, tolerance_s=4.0, drop_after_s=60.0, per_cached=4.0, cached_max_s=5.0)
     assert "allowed 5.00s" in hold(capped, q, "home", ["home"], replicas)
 
 
 def test_rule_the_wait_ends_once_the_chosen_backlog_drains_to_the_tolerance():
     # In the pipeline the ledger drains a report's backlog at its rate while it ages: 100,000 tokens
-    # reported on "fits" are 20,000 after 8 s, so est = (20,000 + 10,000) / 10,000 = 3.0 <= 1.0 + 2
-    # (the default tolerance); after 6 s, 5.0 > 3.0 and it still waits.
+    # reported on "fits" are 40,000 (4.0 s) after 6 s and 20,000 (2.0 s) after 8 s; "full" has none, and
+    # the default tolerance is 2 s: held at 10 s and 4 s of backlog, placed at 2.0 <= 0 + 2.
     p = RoutingPipeline(RouterConfig(), clock=lambda: 100.0)
     q = request()
-    full = view("full", free_kv_tokens=0)  # est (0 + 10,000) / 10,000 = 1.0 s, but no room now
+    full = view("full", free_kv_tokens=0)
     held = p.choose(q, [view("fits", backlog_tokens=100_000), full])
     assert held.wait and held.ranked_replica_ids == () and held.reason.startswith("waiting for memory on full")
     assert "kv:" in held.rejected["full"]
