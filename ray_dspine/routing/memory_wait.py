@@ -72,7 +72,6 @@ class MemoryWait:
         # The guard checks tolerance_s, per_cached, cached_max_s and the default rate.
         self._allowance = TtftGuard(index, default_prefill_tokens_per_s, tolerance_s, per_cached, cached_max_s)
         self._default_rate = default_prefill_tokens_per_s
-        self._tolerance_s = tolerance_s
         self._drop_after_s = drop_after_s
 
     def hold(
