@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -30,30 +31,38 @@ def _free_port() -> str:
 # can be mistaken for this one.
 PORT = _free_port()
 MON_PORT = _free_port()
-SCRATCH = tempfile.mkdtemp(prefix="ray-dspine-s3-")
 
 
-def _run(command: str) -> subprocess.CompletedProcess[str]:
-    args = [str(SCRIPT), command, "--port", PORT, "--mon-port", MON_PORT, "--dir", SCRATCH]
+def _run(command: str, scratch: str) -> subprocess.CompletedProcess[str]:
+    args = [str(SCRIPT), command, "--port", PORT, "--mon-port", MON_PORT, "--dir", scratch]
     return subprocess.run(args, capture_output=True, text=True, timeout=600, check=False)
 
 
 @pytest.fixture(scope="session")
 def s3_env():
-    """Start the gateway, export its AWS_* variables for the session, stop it at the end."""
+    """Start the gateway, export its AWS_* variables for the session, stop it at the end.
+
+    The scratch folder is removed after a clean stop; after a failed start it stays, logs included,
+    and the failure names it.
+    """
     if os.environ.get("DSPINE_SKIP_S3") == "1":
         pytest.skip("DSPINE_SKIP_S3=1: local S3 gateway tests skipped on request")
-    started = _run("start")
+    scratch = tempfile.mkdtemp(prefix="ray-dspine-s3-")
+    started = _run("start", scratch)
     if started.returncode != 0:
-        _run("stop")
-        pytest.fail(f"scripts/s3-local start failed (rc {started.returncode}):\n{started.stderr[-4000:]}")
-    exports = _run("env").stdout
+        _run("stop", scratch)
+        pytest.fail(
+            f"scripts/s3-local start failed (rc {started.returncode}; logs under {scratch}):\n"
+            f"{started.stderr[-4000:]}"
+        )
+    exports = _run("env", scratch).stdout
     values = dict(part.split("=", 1) for line in exports.splitlines() for part in shlex.split(line)[1:])
     with pytest.MonkeyPatch.context() as patch:
         for name, value in values.items():
             patch.setenv(name, value)
         yield values
-    _run("stop")
+    if _run("stop", scratch).returncode == 0:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 # Small hand-written traces for the simulator and autoscaling suites (the real ones stay in
