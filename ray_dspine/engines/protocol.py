@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 ReasoningLevel = Literal["none", "low", "medium", "high", "xhigh"]
 REASONING_LEVELS: tuple[ReasoningLevel, ...] = ("none", "low", "medium", "high", "xhigh")
 DecodePath = Literal["speculative", "autoregressive"]
-FinishReason = Literal["stop", "length", "abort", "error"]
+FinishReason = Literal["stop", "length", "tool_calls", "abort", "error"]
 
 
 class ChatMessage(BaseModel):
@@ -53,6 +53,17 @@ class GenerateRequest(BaseModel):
         default=False, description="max_tokens was not given: shorten it to fit the context instead of refusing."
     )
     tools: list[dict] | None = Field(default=None, description="OpenAI tool schemas, for engines that serve tools.")
+    tool_choice: str | dict | None = Field(
+        default=None, description="OpenAI tool_choice, with tools; None: the engine's default."
+    )
+    parallel_tool_calls: bool | None = Field(default=None, description="OpenAI parallel_tool_calls, with tools.")
+    response_format: dict | None = Field(
+        default=None,
+        description="OpenAI response_format (json_object, json_schema), for engines with constrained decoding.",
+    )
+    frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
+    presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
+    logit_bias: dict[str, float] | None = Field(default=None, description="Token id (as a string) -> bias, -100..100.")
 
 
 class Usage(BaseModel):
@@ -70,6 +81,11 @@ class Usage(BaseModel):
 
 class Chunk(BaseModel):
     text: str = ""
+    tool_calls: list[dict] | None = Field(
+        default=None,
+        description="Tool-call deltas as OpenAI streams them ({index, id, type, function: {name, arguments}}): "
+        "a call's first delta carries its id and name, later ones more argument text.",
+    )
     num_tokens: int = Field(default=0, description="Tokens this chunk carries.")
     finish_reason: FinishReason | None = None
     usage: Usage | None = None

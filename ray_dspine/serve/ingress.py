@@ -28,6 +28,7 @@ from . import responses
 from .errors import ApiError, error_response, from_validation_error
 from .metrics import RequestMetrics
 from .openai_schema import ChatCompletionRequest, CompletionRequest
+from .request_features import refusal
 
 log = logging.getLogger("ray_dspine.ingress")
 
@@ -94,15 +95,11 @@ class IngressCore:
             pool, arm = forced, forced
         return level, session, pool, arm
 
-    def check_tools(self, pool: str, tools) -> None:
-        if tools and self.config.pool(pool).engine.kind != "sglang":
-            raise ApiError(
-                400,
-                f"`tools` is not supported by pool {pool!r}: its {self.config.pool(pool).engine.kind} engine has no "
-                "tool-call parser; send the conversation without `tools` (tool results as `tool` messages are fine)",
-                param="tools",
-                code="unsupported_parameter",
-            )
+    def check_features(self, pool: str, parsed) -> None:
+        """Refuse what the pool's engine does not serve (request_features.py)."""
+        found = refusal(parsed, pool, self.config.pool(pool).engine.kind)
+        if found is not None:
+            raise ApiError(400, found.message, param=found.param, code=found.code)
 
     # -- building the typed request -----------------------------------------------------------
     def build_request(self, body: dict, request: Request, *, chat: bool) -> tuple[GenerateRequest, object]:
@@ -114,18 +111,14 @@ class IngressCore:
         messages = None
         if chat:
             try:
-                messages = [
-                    ChatMessage(role=m.role, content=m.text(), **({"tool_calls": m.tool_calls} if m.tool_calls else {}))
-                    for m in parsed.messages
-                ]
+                messages = [ChatMessage(role=m.role, content=m.text(), **m.tool_fields()) for m in parsed.messages]
             except ValueError as exc:
                 raise ApiError(400, f"messages: {exc}", param="messages") from exc
             text = conversation_text(messages)
         else:
             text = parsed.prompt
         level, session, pool, arm = self.route(request, body, messages)
-        if chat:
-            self.check_tools(pool, parsed.tools)
+        self.check_features(pool, parsed)
         max_tokens = getattr(parsed, "max_completion_tokens", None) or parsed.max_tokens
         typed = GenerateRequest(
             request_id=("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24],
@@ -143,7 +136,13 @@ class IngressCore:
             estimated_prompt_tokens=len(text) // CHARS_PER_TOKEN_ESTIMATE + 1,
             pool=pool,
             arm=arm,
-            tools=parsed.tools if chat else None,
+            tools=(parsed.tools or None) if chat else None,
+            tool_choice=parsed.tool_choice if chat and parsed.tools else None,
+            parallel_tool_calls=parsed.parallel_tool_calls if chat and parsed.tools else None,
+            response_format=_response_format(parsed) if chat else None,
+            frequency_penalty=parsed.frequency_penalty or 0.0,
+            presence_penalty=parsed.presence_penalty or 0.0,
+            logit_bias=parsed.logit_bias or None,
         )
         return typed, parsed
 
@@ -224,3 +223,10 @@ def make_fastapi() -> FastAPI:
         return error_response(exc)
 
     return app
+
+
+def _response_format(parsed) -> dict | None:
+    """The chat request's response_format for the engine; "text" is the default and travels as None."""
+    if parsed.response_format is None or parsed.response_format.type == "text":
+        return None
+    return parsed.response_format.model_dump(exclude_none=True)

@@ -10,6 +10,7 @@ import time
 from ..engines.protocol import Chunk, GenerateRequest, Usage
 from .errors import ApiError, error_body
 from .metrics import RequestTimer
+from .tool_calls import merge_tool_calls
 
 log = logging.getLogger("ray_dspine.ingress")
 
@@ -44,10 +45,13 @@ def usage_dict(usage: Usage | None) -> dict | None:
     return usage.model_dump()
 
 
-def _choice(chat: bool, text: str, finish: str | None, stream: bool) -> dict:
+def _choice(chat: bool, text: str, finish: str | None, stream: bool, tool_calls: list[dict] | None = None) -> dict:
     if chat:
         key = "delta" if stream else "message"
-        body = {"role": "assistant", "content": text}
+        # A turn that only calls tools has no content (null), as OpenAI answers it.
+        body: dict = {"role": "assistant", "content": None if tool_calls and not text else text}
+        if tool_calls:
+            body["tool_calls"] = tool_calls
         return {"index": 0, key: body, "finish_reason": finish, "logprobs": None}
     return {"index": 0, "text": text, "finish_reason": finish, "logprobs": None}
 
@@ -81,8 +85,8 @@ async def sse_events(
             timer.tokens(chunk.num_tokens)
             completion_tokens += chunk.num_tokens
             finish = _openai_finish(chunk.finish_reason)
-            if chunk.text or finish is not None:
-                event = {**base, "choices": [_choice(chat, chunk.text, finish, True)]}
+            if chunk.text or chunk.tool_calls or finish is not None:
+                event = {**base, "choices": [_choice(chat, chunk.text, finish, True, chunk.tool_calls)]}
                 if continuous:
                     event["usage"] = {"completion_tokens": completion_tokens}
                 yield f"data: {json.dumps(event)}\n\n"
@@ -113,6 +117,7 @@ async def collect(
     stream, first: Chunk, request: GenerateRequest, model: str, chat: bool, timer: RequestTimer, deadline: float
 ) -> dict:
     parts: list[str] = []
+    tool_deltas: list[dict] = []
     chunk = first
     try:
         while True:
@@ -121,6 +126,7 @@ async def collect(
                 raise ApiError(chunk.error_status or 500, chunk.error, param=chunk.error_param)
             timer.tokens(chunk.num_tokens)
             parts.append(chunk.text)
+            tool_deltas.extend(chunk.tool_calls or [])
             if chunk.finish_reason is not None:
                 break
             chunk = await next_chunk(stream, deadline)
@@ -133,11 +139,12 @@ async def collect(
         timer.finish("abort", None)
         raise
     timer.finish(chunk.finish_reason, chunk.usage)
+    calls = merge_tool_calls(tool_deltas) or None
     return {
         "id": request.request_id,
         "object": _object(chat, False),
         "created": int(time.time()),
         "model": model,
-        "choices": [_choice(chat, "".join(parts), _openai_finish(chunk.finish_reason), False)],
+        "choices": [_choice(chat, "".join(parts), _openai_finish(chunk.finish_reason), False, calls)],
         "usage": usage_dict(chunk.usage),
     }

@@ -89,6 +89,9 @@ BAD = [
     ("bad reasoning_effort", {"model": MODEL, "messages": user("hi"), "reasoning_effort": "extreme"}, 400, "reasoning_effort"),
     ("negative temperature", {"model": MODEL, "messages": user("hi"), "temperature": -1}, 400, "temperature"),
     ("tools", {"model": MODEL, "messages": user("hi"), "tools": [{"type": "function", "function": {"name": "f"}}]}, 400, "tools"),
+    ("logprobs", {"model": MODEL, "messages": user("hi"), "logprobs": True}, 400, "logprobs"),
+    ("json mode", {"model": MODEL, "messages": user("hi"), "response_format": {"type": "json_object"}}, 400, "response_format"),
+    ("tool_choice without tools", {"model": MODEL, "messages": user("hi"), "tool_choice": "required"}, 400, "tool_choice"),
 ]
 
 
@@ -106,6 +109,14 @@ def test_bad_input_gets_openai_error(serve_url, name, body, status, param):
     # the server keeps serving
     ok = chat(serve_url, {"model": MODEL, "messages": user("hi"), "max_tokens": 1})
     assert ok.status_code == 200
+
+
+def test_values_sdks_send_by_default_are_served(serve_url):
+    body = {"model": MODEL, "messages": user("hi"), "max_tokens": 2, "logprobs": False, "frequency_penalty": 0,
+            "presence_penalty": 0, "logit_bias": {}, "response_format": {"type": "text"}, "tool_choice": "none"}
+    r = chat(serve_url, body)
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["message"]["content"]
 
 
 def test_no_api_key_configured_accepts_any_bearer(serve_url):

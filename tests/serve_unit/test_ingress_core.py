@@ -1,6 +1,7 @@
 """IngressCore's checks without a cluster: authentication, model name, routing, tools."""
 
 import asyncio
+from pathlib import Path
 
 import pytest
 from starlette.requests import Request
@@ -8,6 +9,8 @@ from starlette.requests import Request
 from ray_dspine.config import AppConfig
 from ray_dspine.serve.errors import ApiError
 from ray_dspine.serve.ingress import IngressCore
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 class NoMetrics:
@@ -73,3 +76,24 @@ def test_body_too_large_and_not_json():
     with pytest.raises(ApiError) as bad:
         asyncio.run(ingress.read_json(request(body=b"[1, 2]")))
     assert bad.value.status == 400
+
+
+def test_sglang_pool_gets_tools_tool_choice_and_json_schema():
+    from ray_dspine.config_io import load_app_configs
+
+    [(_, prod)] = load_app_configs(REPO / "clusters" / "prod.yaml")
+    ingress = IngressCore(prod, {pool.name: object() for pool in prod.pools}, metrics=NoMetrics())
+    tools = [{"type": "function", "function": {"name": "run_tests", "parameters": {"type": "object"}}}]
+    schema = {"type": "json_schema", "json_schema": {"name": "plan", "schema": {"type": "object"}}}
+    body = {"model": prod.server.served_model_name, "messages": [
+        {"role": "user", "content": "fix it"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "run_tests", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "1 failed"}],
+        "tools": tools, "tool_choice": "required", "parallel_tool_calls": False, "response_format": schema,
+        "frequency_penalty": 0.2}
+    typed, _ = ingress.build_request(body, request({"x-session-id": "s1"}), chat=True)
+    assert prod.pool(typed.pool).engine.kind == "sglang"
+    assert (typed.tools, typed.tool_choice, typed.parallel_tool_calls) == (tools, "required", False)
+    assert typed.response_format == schema and typed.frequency_penalty == 0.2
+    assert typed.messages[2].model_dump(exclude_none=True) == {"role": "tool", "content": "1 failed", "tool_call_id": "c1"}

@@ -9,7 +9,11 @@ the formats SGLang documents: GET /health, /health_generate, /v1/models, /v1/loa
 /v1/completions (SSE: content chunks with continuous usage, then a `choices: []` chunk with
 `sglext.spec_tokens_details` when a drafter runs and `return_spec_tokens_details` is set, then the usage
 chunk and `data: [DONE]`), and POST /abort_request {"rid"}. No model: the output is "t0 t1 t2 ...", one
-word per token, `accept` tokens per verify step with a drafter (1 without).
+word per token, `accept` tokens per verify step with a drafter (1 without). A chat request with `tools`
+(tool_choice not "none") on a server launched with --tool-call-parser answers with one call instead, in
+SGLang's streaming tool-call format: the function named by tool_choice, else the first tool, with
+arguments `{"count": max_tokens}` spread over the steps (the first delta carries the call's id and name,
+later ones null id and name), and finish_reason "tool_calls".
 
 Behaviour from the environment (the engine passes `env` through): SGLANG_DOUBLE_REFUSE_DRAFTER=1 exits 1
 with a draft-load error when drafter flags are given; SGLANG_DOUBLE_CRASH_AFTER=N dies (exit 134) when
@@ -189,6 +193,7 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         sent, steps, histogram, finish = 0, 0, [0] * (d.num_draft + 1 if d.drafter else 1), "length"
+        call = tool_call_plan(body, n, d.accept) if chat and d.args.tool_call_parser else None
         try:
             while sent < n:
                 if rid in d.aborted:
@@ -201,8 +206,10 @@ class Handler(BaseHTTPRequestHandler):
                 with d.lock:
                     d.running[rid] = prompt_tokens + sent
                 part = ({"reasoning_content": words} if think and steps == 1 else {"content": words}) if chat else None
+                if call is not None:
+                    part = {"tool_calls": [call[steps - 1]]}
                 choice = {"index": 0, "delta": part} if chat else {"index": 0, "text": words}
-                choice["finish_reason"] = "length" if sent == n else None
+                choice["finish_reason"] = ("tool_calls" if call is not None else "length") if sent == n else None
                 usage = {"prompt_tokens": prompt_tokens, "completion_tokens": sent, "total_tokens": prompt_tokens + sent}
                 self._sse({**base, "choices": [choice], "usage": usage})
                 time.sleep(step_s)
@@ -234,6 +241,23 @@ class Handler(BaseHTTPRequestHandler):
     def _write(self, data: bytes) -> None:
         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
         self.wfile.flush()
+
+
+def tool_call_plan(body: dict, max_tokens: int, accept: int) -> list[dict] | None:
+    """One tool-call delta per step (see the module docstring), or None when the request calls no tool."""
+    tools, choice = body.get("tools") or [], body.get("tool_choice", "auto")
+    if not tools or choice == "none":
+        return None
+    named = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
+    name = named or tools[0]["function"]["name"]
+    arguments = json.dumps({"count": max_tokens})
+    steps = -(-max_tokens // accept)
+    cuts = [round(i * len(arguments) / steps) for i in range(steps + 1)]
+    return [
+        {"id": f"call_{i}" if i == 0 else None, "index": 0, "type": "function",
+         "function": {"name": name if i == 0 else None, "arguments": arguments[cuts[i]:cuts[i + 1]]}}
+        for i in range(steps)
+    ]
 
 
 def main(argv: list[str]) -> int:

@@ -16,6 +16,7 @@ from ray_dspine.capacity import DraftConfig
 from ray_dspine.engines.protocol import ChatMessage, GenerateRequest
 from ray_dspine.engines.sglang import DRAFTER_FLAGS, SGLANG_0_5_23_ARGS, SGLangEngine, flags_of, render_command
 from ray_dspine.capacity import plan_capacity, resolve_profile
+from ray_dspine.serve.tool_calls import merge_tool_calls
 
 from sglang_double_helpers import dspine_capacity, double_launcher, load_double_module, read_events, run, wait_until
 
@@ -239,6 +240,32 @@ def test_double_speaks_sglang_formats(make_config):
     names = {family.name for family in text_string_to_metric_families(metrics)}
     assert {"sglang:mamba_available_tokens", "sglang:mamba_usage", "sglang:kv_available_tokens"} <= names
     assert models["data"][0]["id"] == "qwen3.8-27b"
+
+
+def test_tool_calls_stream_through_as_deltas(make_config):
+    tools = [{"type": "function", "function": {"name": "run_tests", "parameters": {"type": "object"}}},
+             {"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}]
+    config = make_config()
+
+    async def main():
+        engine = await _started(config)
+        try:
+            return await _collect(engine, _request("tc", max_tokens=10, tools=tools, parallel_tool_calls=False,
+                                                   tool_choice={"type": "function", "function": {"name": "read_file"}}))
+        finally:
+            await engine.stop()
+
+    chunks = run(main())
+    deltas = [delta for chunk in chunks for delta in (chunk.tool_calls or [])]
+    # 10 tokens at 3 per verify step: 4 steps, one delta each; only the first names the call.
+    assert [d["function"]["name"] for d in deltas] == ["read_file", None, None, None]
+    assert [d["id"] for d in deltas] == ["call_0", None, None, None]
+    assert merge_tool_calls(deltas) == [
+        {"id": "call_0", "type": "function", "function": {"name": "read_file", "arguments": '{"count": 10}'}}]
+    assert "".join(chunk.text for chunk in chunks) == ""
+    assert chunks[-1].finish_reason == "tool_calls" and sum(chunk.num_tokens for chunk in chunks) == 10
+    request = next(e for e in read_events(config_events(config)) if e["event"] == "request")
+    assert {"tools", "tool_choice", "parallel_tool_calls"} <= set(request["keys"])
 
 
 def config_events(config):

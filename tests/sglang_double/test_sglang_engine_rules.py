@@ -93,6 +93,36 @@ def test_payload_maps_reasoning_level_and_request_id():
     assert off["chat_template_kwargs"] == {"enable_thinking": False} and "reasoning_effort" not in off
     prompt = build_payload(GenerateRequest(request_id="r2", prompt="x", max_tokens=1), "qwen")
     assert prompt["prompt"] == "x" and "messages" not in prompt
+    assert not {"tools", "tool_choice", "response_format", "frequency_penalty", "logit_bias"} & set(payload)
+
+
+def test_payload_carries_sampling_controls_tools_and_response_format():
+    tools = [{"type": "function", "function": {"name": "f"}}]
+    schema = {"type": "json_schema", "json_schema": {"name": "patch", "schema": {"type": "object"}}}
+    chat = GenerateRequest(request_id="r1", messages=[ChatMessage(role="user", content="hi")], max_tokens=5,
+                           tools=tools, tool_choice="required", parallel_tool_calls=False, response_format=schema,
+                           frequency_penalty=0.5, logit_bias={"42": -100.0})
+    payload = build_payload(chat, "qwen")
+    assert (payload["tools"], payload["tool_choice"], payload["parallel_tool_calls"]) == (tools, "required", False)
+    assert payload["response_format"] == schema
+    assert (payload["frequency_penalty"], payload["logit_bias"]) == (0.5, {"42": -100.0})
+    assert "presence_penalty" not in payload  # zero is the default and stays out
+    # tool_choice without tools means nothing to SGLang and is not sent
+    assert "tool_choice" not in build_payload(chat.model_copy(update={"tools": None}), "qwen")
+    prompt = build_payload(GenerateRequest(request_id="r2", prompt="x", max_tokens=1, presence_penalty=-1.0), "qwen")
+    assert prompt["presence_penalty"] == -1.0 and "response_format" not in prompt
+
+
+def test_rule_tool_call_deltas_are_forwarded_and_finish_tool_calls():
+    mapper = StreamMapper()
+    first = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "f", "arguments": ""}}
+    more = {"index": 0, "id": None, "type": "function", "function": {"name": None, "arguments": '{"a": 1}'}}
+    out = mapper.feed({"choices": [{"index": 0, "delta": {"tool_calls": [first]}}],
+                       "usage": {"prompt_tokens": 3, "completion_tokens": 2}})
+    assert [(c.text, c.tool_calls, c.num_tokens) for c in out] == [("", [first], 2)]
+    out = mapper.feed({"choices": [{"index": 0, "delta": {"tool_calls": [more]}, "finish_reason": "tool_calls"}]})
+    assert [(c.tool_calls, c.num_tokens) for c in out] == [([more], 1)]  # no usage on the event: counts 1
+    assert mapper.finish().finish_reason == "tool_calls"
 
 
 METRICS = """# TYPE sglang:kv_available_tokens gauge

@@ -180,9 +180,6 @@ class SGLangEngine:
                 done = True
                 yield Chunk(finish_reason="error", error=f"SGLang stream failed: {exc!r}", error_status=503)
                 return
-            if mapper.num_tool_call_deltas:
-                log.warning("request %s: %d tool-call deltas cannot be forwarded (Chunk has no tool_calls field)",
-                            request.request_id, mapper.num_tool_call_deltas)
             final = mapper.finish()
             done = True
             if final.usage is not None and final.usage.path == "speculative" and final.usage.verify_steps:

@@ -4,6 +4,8 @@ Request: chat requests go to `/v1/chat/completions`, prompt requests to `/v1/com
 `stream: true`, `stream_options: {include_usage: true, continuous_usage_stats: true}`, `rid` = request_id
 (so `/abort_request` can find it) and `return_spec_tokens_details: true`. Reasoning level "none" sends
 `chat_template_kwargs: {enable_thinking: false}`; other levels send `reasoning_effort: <level>`.
+`frequency_penalty`, `presence_penalty` (when non-zero) and `logit_bias` (when set) go to both endpoints;
+`tools` with `tool_choice` and `parallel_tool_calls` (when set), and `response_format`, to chat only.
 
 Facts this rests on (SGLang mainline, python/sglang/srt/entrypoints/openai/): the OpenAI layer copies
 only `weight_version` out of the native `meta_info`, so `return_meta_info` does not exist there; since
@@ -22,11 +24,13 @@ Rules:
   accept length  completion_tokens / verify_steps (SGLang's own identity for spec_accept_length).
   histogram      accept_histogram[k] = spec_correct_drafts_histogram[k]: verify steps with k accepted draft
                  tokens, i.e. k + 1 produced tokens; autoregressive: [completion_tokens].
-  finish         stop / tool_calls -> "stop", length -> "length", abort -> "abort"; an error event -> "error".
+  finish         stop -> "stop", tool_calls -> "tool_calls", length -> "length", abort -> "abort"; an error
+                 event -> "error"; any other reason -> "stop".
   reasoning      SGLang's `reasoning_content` deltas are returned inline between <think> and </think> (how
                  Qwen3 writes them without a parser), since a Chunk has only `text`.
-  tool calls     `delta.tool_calls` (from --tool-call-parser) are counted, not forwarded: a Chunk has no field
-                 for them yet.
+  tool calls     `delta.tool_calls` (from --tool-call-parser: a call's first delta has its id and function
+                 name, later ones null id and name and more `arguments` text) go out as `Chunk.tool_calls`
+                 unchanged; a chunk with tool calls and no text is still yielded.
 Complexity: O(1) per event.
 """
 
@@ -58,12 +62,23 @@ def build_payload(request: GenerateRequest, model: str) -> dict[str, Any]:
         payload["seed"] = request.seed
     if request.stop:
         payload["stop"] = list(request.stop)
+    for name in ("frequency_penalty", "presence_penalty"):
+        if getattr(request, name):
+            payload[name] = getattr(request, name)
+    if request.logit_bias:
+        payload["logit_bias"] = dict(request.logit_bias)
     if request.messages is None:
         payload["prompt"] = request.prompt or ""
         return payload
     payload["messages"] = [message.model_dump(exclude_none=True) for message in request.messages]
     if request.tools:
         payload["tools"] = request.tools
+        if request.tool_choice is not None:
+            payload["tool_choice"] = request.tool_choice
+        if request.parallel_tool_calls is not None:
+            payload["parallel_tool_calls"] = request.parallel_tool_calls
+    if request.response_format:
+        payload["response_format"] = request.response_format
     if request.reasoning_level == "none":
         payload["chat_template_kwargs"] = {"enable_thinking": False}
     else:
@@ -91,7 +106,7 @@ def usage_from(completion_tokens: int, prompt_tokens: int, cached_tokens: int, s
     )
 
 
-_FINISH = {"stop": "stop", "tool_calls": "stop", "length": "length", "abort": "abort"}
+_FINISH = {"stop": "stop", "tool_calls": "tool_calls", "length": "length", "abort": "abort"}
 
 
 class StreamMapper:
@@ -104,7 +119,6 @@ class StreamMapper:
         self.spec: dict | None = None
         self.finish_reason: str | None = None
         self.error: Chunk | None = None
-        self.num_tool_call_deltas = 0  # parsed tool calls a Chunk cannot carry yet (see module docstring)
         self._in_reasoning = False
 
     def feed(self, event: dict[str, Any]) -> list[Chunk]:
@@ -127,14 +141,15 @@ class StreamMapper:
             return []
         choice = choices[0]
         text = self._text_of(choice)
+        tool_calls = (choice.get("delta") or {}).get("tool_calls") or None
         if choice.get("finish_reason"):
             self.finish_reason = _FINISH.get(choice["finish_reason"], "stop")
             if self._in_reasoning:
                 text, self._in_reasoning = text + THINK_CLOSE, False
-        num_tokens = self.completion_tokens - previous if usage else (1 if text else 0)
-        if not text and num_tokens <= 0:
+        num_tokens = self.completion_tokens - previous if usage else (1 if text or tool_calls else 0)
+        if not text and not tool_calls and num_tokens <= 0:
             return []
-        return [Chunk(text=text, num_tokens=max(0, num_tokens))]
+        return [Chunk(text=text, tool_calls=tool_calls, num_tokens=max(0, num_tokens))]
 
     def finish(self) -> Chunk:
         """The last chunk: finish reason and usage (call after the stream ends with [DONE])."""
@@ -147,7 +162,6 @@ class StreamMapper:
         if "delta" not in choice:
             return choice.get("text") or ""
         delta = choice["delta"] or {}
-        self.num_tool_call_deltas += len(delta.get("tool_calls") or [])
         reasoning, content = delta.get("reasoning_content") or "", delta.get("content") or ""
         text = ""
         if reasoning:

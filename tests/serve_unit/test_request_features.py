@@ -1,0 +1,96 @@
+"""One test per rule in ray_dspine/serve/request_features.py."""
+
+import pytest
+
+from ray_dspine.serve.openai_schema import ChatCompletionRequest, CompletionRequest
+from ray_dspine.serve.request_features import refusal
+
+TOOLS = [{"type": "function", "function": {"name": "run_tests", "parameters": {"type": "object"}}}]
+
+
+def chat(**fields):
+    return ChatCompletionRequest.model_validate({"model": "m", "messages": [{"role": "user", "content": "hi"}], **fields})
+
+
+def completion(**fields):
+    return CompletionRequest.model_validate({"model": "m", "prompt": "def f(", **fields})
+
+
+def refused(parsed, engine="embedded"):
+    found = refusal(parsed, "spec", engine)
+    return None if found is None else (found.param, found.code)
+
+
+def test_rule_defaults_that_sdks_send_always_pass():
+    defaults = dict(logprobs=False, top_logprobs=0, frequency_penalty=0, presence_penalty=0.0, logit_bias={},
+                    response_format={"type": "text"}, tool_choice="none", parallel_tool_calls=True, tools=[])
+    for engine in ("embedded", "simulated", "sglang"):
+        assert refused(chat(**defaults), engine) is None
+        assert refused(completion(echo=False, best_of=1, suffix="", frequency_penalty=0), engine) is None
+
+
+def test_rule_logprobs_refused_on_every_pool():
+    for engine in ("embedded", "sglang"):
+        assert refused(chat(logprobs=True), engine) == ("logprobs", "unsupported_parameter")
+        assert refused(chat(top_logprobs=3), engine) == ("top_logprobs", "unsupported_parameter")
+        assert refused(completion(logprobs=0), engine) == ("logprobs", "unsupported_parameter")
+
+
+def test_rule_echo_best_of_suffix_refused_on_every_pool():
+    for engine in ("embedded", "sglang"):
+        assert refused(completion(echo=True), engine)[0] == "echo"
+        assert refused(completion(best_of=2), engine)[0] == "best_of"
+        assert refused(completion(suffix="\n    return x"), engine)[0] == "suffix"
+
+
+def test_rule_response_format_json_only_on_sglang_pools_and_only_in_chat():
+    json_mode = {"type": "json_object"}
+    schema = {"type": "json_schema", "json_schema": {"name": "patch", "schema": {"type": "object"}}}
+    assert refused(chat(response_format=json_mode)) == ("response_format", "unsupported_parameter")
+    assert refused(chat(response_format=schema), "simulated")[0] == "response_format"
+    assert refused(chat(response_format=schema), "sglang") is None
+    assert refused(completion(response_format=json_mode), "sglang")[0] == "response_format"
+
+
+def test_rule_response_format_json_schema_needs_its_schema():
+    with pytest.raises(ValueError, match="json_schema"):
+        chat(response_format={"type": "json_schema"})
+    with pytest.raises(ValueError):
+        chat(response_format={"type": "yaml"})
+
+
+def test_rule_penalties_only_on_sglang_pools():
+    assert refused(chat(frequency_penalty=0.5)) == ("frequency_penalty", "unsupported_parameter")
+    assert refused(completion(presence_penalty=-1)) == ("presence_penalty", "unsupported_parameter")
+    assert refused(chat(frequency_penalty=0.5, presence_penalty=1), "sglang") is None
+
+
+def test_rule_logit_bias_only_on_sglang_pools():
+    assert refused(chat(logit_bias={"42": -100})) == ("logit_bias", "unsupported_parameter")
+    assert refused(completion(logit_bias={"42": -100}), "sglang") is None
+    for bad in ({"42": 101}, {"the": 1}):
+        with pytest.raises(ValueError, match="token ids"):
+            chat(logit_bias=bad)
+
+
+def test_rule_tools_only_on_sglang_pools():
+    assert refused(chat(tools=TOOLS)) == ("tools", "unsupported_parameter")
+    assert refused(chat(tools=TOOLS, tool_choice="auto"), "sglang") is None
+
+
+def test_rule_tool_choice_shape_and_needs_tools():
+    assert refused(chat(tool_choice="always"), "sglang") == ("tool_choice", "invalid_value")
+    assert refused(chat(tool_choice={"type": "function"}), "sglang") == ("tool_choice", "invalid_value")
+    assert refused(chat(tool_choice="required"), "sglang") == ("tool_choice", "invalid_value")  # no tools
+    named = {"type": "function", "function": {"name": "run_tests"}}
+    assert refused(chat(tools=TOOLS, tool_choice=named), "sglang") is None
+    assert refused(chat(tools=TOOLS, tool_choice="required"), "sglang") is None
+    other = {"type": "function", "function": {"name": "rm_rf"}}
+    assert refused(chat(tools=TOOLS, tool_choice=other), "sglang") == ("tool_choice", "invalid_value")
+    # "none" and "auto" are fine without tools: they ask for no call
+    assert refused(chat(tool_choice="auto")) is None
+
+
+def test_rule_order_first_broken_rule_is_named():
+    assert refused(chat(logprobs=True, tools=TOOLS, frequency_penalty=1))[0] == "logprobs"
+    assert refused(chat(frequency_penalty=1, tools=TOOLS))[0] == "frequency_penalty"
