@@ -81,6 +81,9 @@ class Usage(BaseModel):
 
 class Chunk(BaseModel):
     text: str = ""
+    reasoning: str = Field(
+        default="", description="Reasoning text (a thinking model's <think> part), kept apart from `text`."
+    )
     tool_calls: list[dict] | None = Field(
         default=None,
         description="Tool-call deltas as OpenAI streams them ({index, id, type, function: {name, arguments}}): "

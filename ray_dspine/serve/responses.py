@@ -45,11 +45,15 @@ def usage_dict(usage: Usage | None) -> dict | None:
     return usage.model_dump()
 
 
-def _choice(chat: bool, text: str, finish: str | None, stream: bool, tool_calls: list[dict] | None = None) -> dict:
+def _choice(
+    chat: bool, text: str, finish: str | None, stream: bool, tool_calls: list[dict] | None = None, reasoning: str = ""
+) -> dict:
     if chat:
         key = "delta" if stream else "message"
-        # A turn that only calls tools has no content (null), as OpenAI answers it.
-        body: dict = {"role": "assistant", "content": None if tool_calls and not text else text}
+        # A turn (or delta) that only reasons or calls tools has no content: null, as OpenAI-style servers send it.
+        body: dict = {"role": "assistant", "content": None if (tool_calls or reasoning) and not text else text}
+        if reasoning:
+            body["reasoning_content"] = reasoning  # SGLang's and vLLM's field for a reasoning parser's output
         if tool_calls:
             body["tool_calls"] = tool_calls
         return {"index": 0, key: body, "finish_reason": finish, "logprobs": None}
@@ -85,8 +89,9 @@ async def sse_events(
             timer.tokens(chunk.num_tokens)
             completion_tokens += chunk.num_tokens
             finish = _openai_finish(chunk.finish_reason)
-            if chunk.text or chunk.tool_calls or finish is not None:
-                event = {**base, "choices": [_choice(chat, chunk.text, finish, True, chunk.tool_calls)]}
+            if chunk.text or chunk.reasoning or chunk.tool_calls or finish is not None:
+                choice = _choice(chat, chunk.text, finish, True, chunk.tool_calls, chunk.reasoning)
+                event = {**base, "choices": [choice]}
                 if continuous:
                     event["usage"] = {"completion_tokens": completion_tokens}
                 yield f"data: {json.dumps(event)}\n\n"
@@ -117,6 +122,7 @@ async def collect(
     stream, first: Chunk, request: GenerateRequest, model: str, chat: bool, timer: RequestTimer, deadline: float
 ) -> dict:
     parts: list[str] = []
+    thoughts: list[str] = []
     tool_deltas: list[dict] = []
     chunk = first
     try:
@@ -126,6 +132,7 @@ async def collect(
                 raise ApiError(chunk.error_status or 500, chunk.error, param=chunk.error_param)
             timer.tokens(chunk.num_tokens)
             parts.append(chunk.text)
+            thoughts.append(chunk.reasoning)
             tool_deltas.extend(chunk.tool_calls or [])
             if chunk.finish_reason is not None:
                 break
@@ -145,6 +152,6 @@ async def collect(
         "object": _object(chat, False),
         "created": int(time.time()),
         "model": model,
-        "choices": [_choice(chat, "".join(parts), _openai_finish(chunk.finish_reason), False, calls)],
+        "choices": [_choice(chat, "".join(parts), _openai_finish(chunk.finish_reason), False, calls, "".join(thoughts))],
         "usage": usage_dict(chunk.usage),
     }

@@ -1,10 +1,5 @@
-"""Tool calls: the merge rules (ray_dspine/serve/tool_calls.py) and how answers carry them."""
+"""One test per rule in ray_dspine/serve/tool_calls.py."""
 
-import asyncio
-import json
-
-from ray_dspine.engines.protocol import Chunk, GenerateRequest, Usage
-from ray_dspine.serve import responses
 from ray_dspine.serve.tool_calls import merge_tool_calls
 
 
@@ -36,61 +31,3 @@ def test_rule_null_id_or_name_never_replaces():
 
 def test_rule_no_deltas_no_calls():
     assert merge_tool_calls([]) == []
-
-
-class Timer:
-    def __init__(self):
-        self.tokens_seen, self.finished = 0, None
-
-    def tokens(self, n):
-        self.tokens_seen += n
-
-    def finish(self, reason, usage):
-        self.finished = reason
-
-
-class Stream:
-    def __init__(self, chunks):
-        self._chunks = iter(chunks)
-
-    def __aiter__(self):
-        return self
-
-    async def __anext__(self):
-        try:
-            return next(self._chunks)
-        except StopIteration:
-            raise StopAsyncIteration from None
-
-    def cancel(self):
-        pass
-
-
-CHUNKS = [
-    Chunk(tool_calls=[delta(0, "", "call_a", "run_tests")], num_tokens=2),
-    Chunk(tool_calls=[delta(0, '{"k": "unit"}')], num_tokens=3),
-    Chunk(finish_reason="tool_calls", usage=Usage(completion_tokens=5)),
-]
-REQUEST = GenerateRequest(request_id="chatcmpl-1", prompt="x", max_tokens=8)
-
-
-def test_non_streaming_answer_carries_merged_calls_and_null_content():
-    stream = Stream(CHUNKS[1:])
-    timer = Timer()
-    body = asyncio.run(responses.collect(stream, CHUNKS[0], REQUEST, "m", True, timer, deadline=1e18))
-    choice = body["choices"][0]
-    assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] is None
-    assert choice["message"]["tool_calls"] == [
-        {"id": "call_a", "type": "function", "function": {"name": "run_tests", "arguments": '{"k": "unit"}'}}]
-    assert (timer.tokens_seen, timer.finished) == (5, "tool_calls")
-
-
-def test_streaming_answer_carries_each_delta():
-    async def events():
-        gen = responses.sse_events(Stream(CHUNKS[1:]), CHUNKS[0], REQUEST, "m", True, False, False, Timer(), 1e18)
-        return [e async for e in gen]
-
-    out = [json.loads(e[len("data: "):]) for e in asyncio.run(events()) if e != "data: [DONE]\n\n"]
-    deltas = [event["choices"][0]["delta"] for event in out]
-    assert [d.get("tool_calls") for d in deltas] == [[CHUNKS[0].tool_calls[0]], [CHUNKS[1].tool_calls[0]], None]
-    assert deltas[0]["content"] is None and out[-1]["choices"][0]["finish_reason"] == "tool_calls"

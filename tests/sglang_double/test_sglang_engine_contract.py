@@ -268,6 +268,21 @@ def test_tool_calls_stream_through_as_deltas(make_config):
     assert {"tools", "tool_choice", "parallel_tool_calls"} <= set(request["keys"])
 
 
+def test_reasoning_streams_apart_from_content(make_config):
+    async def main():
+        engine = await _started(make_config())
+        try:
+            return await _collect(engine, _request("think", max_tokens=7, reasoning_level="high"))
+        finally:
+            await engine.stop()
+
+    chunks = run(main())
+    # The double sends the first verify step (3 tokens) as reasoning_content, the rest as content.
+    assert "".join(chunk.reasoning for chunk in chunks) == "t0 t1 t2 "
+    assert "".join(chunk.text for chunk in chunks) == "t3 t4 t5 t6 "
+    assert sum(chunk.num_tokens for chunk in chunks) == 7
+
+
 def config_events(config):
     from pathlib import Path
 

@@ -8,7 +8,7 @@ from ray_dspine.capacity import plan_capacity, resolve_profile
 from ray_dspine.engines.sglang import CrashPolicy
 from ray_dspine.engines.sglang.args import DRAFTER_FLAGS, without_flags
 from ray_dspine.engines.sglang.load import LoadInputs, build_snapshot, parse_gauges, update_ema
-from ray_dspine.engines.sglang.mapping import THINK_CLOSE, THINK_OPEN, StreamMapper, build_payload, usage_from
+from ray_dspine.engines.sglang.mapping import StreamMapper, build_payload, usage_from
 from ray_dspine.engines.protocol import ChatMessage, GenerateRequest
 
 from sglang_double_helpers import dspine_capacity
@@ -68,14 +68,14 @@ def test_rule_usage_from_spec_details():
     assert (legacy.accept_length, legacy.accept_histogram) == (3.0, [0, 0, 2])
 
 
-def test_rule_num_tokens_from_cumulative_usage_and_reasoning_inline():
+def test_rule_num_tokens_from_cumulative_usage_and_reasoning_apart():
     mapper = StreamMapper()
     first = mapper.feed({"choices": [{"delta": {"reasoning_content": "plan "}, "finish_reason": None}],
                          "usage": {"completion_tokens": 3, "prompt_tokens": 5}})
     second = mapper.feed({"choices": [{"delta": {"content": "done"}, "finish_reason": "length"}],
                           "usage": {"completion_tokens": 7, "prompt_tokens": 5}})
-    assert [(c.text, c.num_tokens) for c in first + second] == [
-        (THINK_OPEN + "plan ", 3), (THINK_CLOSE + "done", 4)]  # 3, then 7 - 3 = 4
+    assert [(c.reasoning, c.text, c.num_tokens) for c in first + second] == [
+        ("plan ", "", 3), ("", "done", 4)]  # 3, then 7 - 3 = 4
     assert mapper.feed({"choices": [], "sglext": {"spec_tokens_details": {"spec_verify_ct": 2}}}) == []
     final = mapper.finish()
     assert (final.finish_reason, final.usage.verify_steps, final.usage.accept_length) == ("length", 2, 3.5)

@@ -26,8 +26,8 @@ Rules:
                  tokens, i.e. k + 1 produced tokens; autoregressive: [completion_tokens].
   finish         stop -> "stop", tool_calls -> "tool_calls", length -> "length", abort -> "abort"; an error
                  event -> "error"; any other reason -> "stop".
-  reasoning      SGLang's `reasoning_content` deltas are returned inline between <think> and </think> (how
-                 Qwen3 writes them without a parser), since a Chunk has only `text`.
+  reasoning      SGLang's `reasoning_content` deltas (from --reasoning-parser) go out as `Chunk.reasoning`,
+                 `content` deltas as `Chunk.text`; neither is rewritten.
   tool calls     `delta.tool_calls` (from --tool-call-parser: a call's first delta has its id and function
                  name, later ones null id and name and more `arguments` text) go out as `Chunk.tool_calls`
                  unchanged; a chunk with tool calls and no text is still yielded.
@@ -39,8 +39,6 @@ from __future__ import annotations
 from typing import Any
 
 from ..protocol import Chunk, GenerateRequest, Usage
-
-THINK_OPEN, THINK_CLOSE = "<think>\n", "\n</think>\n\n"
 
 
 def endpoint_for(request: GenerateRequest) -> str:
@@ -119,7 +117,6 @@ class StreamMapper:
         self.spec: dict | None = None
         self.finish_reason: str | None = None
         self.error: Chunk | None = None
-        self._in_reasoning = False
 
     def feed(self, event: dict[str, Any]) -> list[Chunk]:
         if "error" in event and not event.get("choices"):
@@ -140,16 +137,19 @@ class StreamMapper:
         if not choices:
             return []
         choice = choices[0]
-        text = self._text_of(choice)
-        tool_calls = (choice.get("delta") or {}).get("tool_calls") or None
+        if "delta" in choice:
+            delta = choice["delta"] or {}
+            text, reasoning = delta.get("content") or "", delta.get("reasoning_content") or ""
+            tool_calls = delta.get("tool_calls") or None
+        else:
+            text, reasoning, tool_calls = choice.get("text") or "", "", None
         if choice.get("finish_reason"):
             self.finish_reason = _FINISH.get(choice["finish_reason"], "stop")
-            if self._in_reasoning:
-                text, self._in_reasoning = text + THINK_CLOSE, False
-        num_tokens = self.completion_tokens - previous if usage else (1 if text or tool_calls else 0)
-        if not text and not tool_calls and num_tokens <= 0:
+        produced = bool(text or reasoning or tool_calls)
+        num_tokens = self.completion_tokens - previous if usage else (1 if produced else 0)
+        if not produced and num_tokens <= 0:
             return []
-        return [Chunk(text=text, tool_calls=tool_calls, num_tokens=max(0, num_tokens))]
+        return [Chunk(text=text, reasoning=reasoning, tool_calls=tool_calls, num_tokens=max(0, num_tokens))]
 
     def finish(self) -> Chunk:
         """The last chunk: finish reason and usage (call after the stream ends with [DONE])."""
@@ -157,20 +157,6 @@ class StreamMapper:
             return self.error
         usage = usage_from(self.completion_tokens, self.prompt_tokens, self.cached_tokens, self.spec)
         return Chunk(finish_reason=self.finish_reason or "stop", usage=usage)
-
-    def _text_of(self, choice: dict[str, Any]) -> str:
-        if "delta" not in choice:
-            return choice.get("text") or ""
-        delta = choice["delta"] or {}
-        reasoning, content = delta.get("reasoning_content") or "", delta.get("content") or ""
-        text = ""
-        if reasoning:
-            text += ("" if self._in_reasoning else THINK_OPEN) + reasoning
-            self._in_reasoning = True
-        if content:
-            text += (THINK_CLOSE if self._in_reasoning else "") + content
-            self._in_reasoning = False
-        return text
 
     def _error_chunk(self, body: Any) -> Chunk:
         message = body.get("message", str(body)) if isinstance(body, dict) else str(body)

@@ -1,0 +1,98 @@
+"""How answers carry tool calls and reasoning (ray_dspine/serve/responses.py), from chunk streams."""
+
+import asyncio
+import json
+
+from ray_dspine.engines.protocol import Chunk, GenerateRequest, Usage
+from ray_dspine.serve import responses
+
+
+def delta(index, arguments, id=None, name=None):
+    return {"index": index, "id": id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+class Timer:
+    def __init__(self):
+        self.tokens_seen, self.finished = 0, None
+
+    def tokens(self, n):
+        self.tokens_seen += n
+
+    def finish(self, reason, usage):
+        self.finished = reason
+
+
+class Stream:
+    def __init__(self, chunks):
+        self._chunks = iter(chunks)
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        try:
+            return next(self._chunks)
+        except StopIteration:
+            raise StopAsyncIteration from None
+
+    def cancel(self):
+        pass
+
+
+CHUNKS = [
+    Chunk(tool_calls=[delta(0, "", "call_a", "run_tests")], num_tokens=2),
+    Chunk(tool_calls=[delta(0, '{"k": "unit"}')], num_tokens=3),
+    Chunk(finish_reason="tool_calls", usage=Usage(completion_tokens=5)),
+]
+REQUEST = GenerateRequest(request_id="chatcmpl-1", prompt="x", max_tokens=8)
+
+
+def collect(chunks, timer=None):
+    timer = timer or Timer()
+    return asyncio.run(responses.collect(Stream(chunks[1:]), chunks[0], REQUEST, "m", True, timer, deadline=1e18))
+
+
+def stream_events(chunks):
+    async def events():
+        gen = responses.sse_events(Stream(chunks[1:]), chunks[0], REQUEST, "m", True, False, False, Timer(), 1e18)
+        return [e async for e in gen]
+
+    return [json.loads(e[len("data: "):]) for e in asyncio.run(events()) if e != "data: [DONE]\n\n"]
+
+
+def test_non_streaming_answer_carries_merged_calls_and_null_content():
+    timer = Timer()
+    choice = collect(CHUNKS, timer)["choices"][0]
+    assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] is None
+    assert choice["message"]["tool_calls"] == [
+        {"id": "call_a", "type": "function", "function": {"name": "run_tests", "arguments": '{"k": "unit"}'}}]
+    assert (timer.tokens_seen, timer.finished) == (5, "tool_calls")
+
+
+def test_streaming_answer_carries_each_delta():
+    out = stream_events(CHUNKS)
+    deltas = [event["choices"][0]["delta"] for event in out]
+    assert [d.get("tool_calls") for d in deltas] == [[CHUNKS[0].tool_calls[0]], [CHUNKS[1].tool_calls[0]], None]
+    assert deltas[0]["content"] is None and out[-1]["choices"][0]["finish_reason"] == "tool_calls"
+
+
+THINKING = [
+    Chunk(reasoning="The test imports a removed name. ", num_tokens=6),
+    Chunk(text="Restore `parse_args`.", num_tokens=5),
+    Chunk(finish_reason="stop", usage=Usage(completion_tokens=11)),
+]
+
+
+def test_reasoning_comes_apart_from_content():
+    message = collect(THINKING)["choices"][0]["message"]
+    assert message["reasoning_content"] == "The test imports a removed name. "
+    assert message["content"] == "Restore `parse_args`."
+    deltas = [event["choices"][0]["delta"] for event in stream_events(THINKING)]
+    assert (deltas[0]["content"], deltas[0]["reasoning_content"]) == (None, "The test imports a removed name. ")
+    assert deltas[1] == {"role": "assistant", "content": "Restore `parse_args`."}
+
+
+def test_answer_without_reasoning_has_no_reasoning_field():
+    answer = collect([Chunk(text="ok", num_tokens=1), Chunk(finish_reason="length", usage=Usage())])
+    message = answer["choices"][0]["message"]
+    assert message == {"role": "assistant", "content": "ok"}
