@@ -37,6 +37,10 @@ class Ingress:
     async def models(self):
         return await self.core.list_models()
 
+    @fastapi_app.get("/v1/models/{model:path}")
+    async def model(self, model: str):
+        return await self.core.retrieve_model(model)  # an unknown model: 404 through make_fastapi's handler
+
     @fastapi_app.get("/v1/dspine/engine")
     async def engines(self):
         return await self.core.describe_engines()

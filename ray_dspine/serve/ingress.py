@@ -191,10 +191,15 @@ class IngressCore:
         return JSONResponse(payload, headers=headers)
 
     async def list_models(self) -> dict:
-        return {
-            "object": "list",
-            "data": [{"id": self.server.served_model_name, "object": "model", "created": self.started_at, "owned_by": "ray-dspine"}],
-        }
+        return {"object": "list", "data": [self._model_card()]}
+
+    async def retrieve_model(self, model: str) -> dict:
+        """GET /v1/models/{model}: the served model's card, or 404 naming the model."""
+        self.check_model(model)
+        return self._model_card()
+
+    def _model_card(self) -> dict:
+        return {"id": self.server.served_model_name, "object": "model", "created": self.started_at, "owned_by": "ray-dspine"}
 
     async def health(self) -> tuple[int, dict]:
         """200 once every pool has a replica answering; 503 while any is still starting."""

@@ -40,9 +40,10 @@ def timeout_message(request: GenerateRequest) -> str:
 
 
 def usage_dict(usage: Usage | None) -> dict | None:
+    """The usage block: OpenAI's fields (cached prompt tokens under prompt_tokens_details), then ours."""
     if usage is None:
         return None
-    return usage.model_dump()
+    return {**usage.model_dump(), "prompt_tokens_details": {"cached_tokens": usage.cached_prompt_tokens}}
 
 
 def _choice(

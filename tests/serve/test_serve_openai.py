@@ -24,6 +24,10 @@ def user(text):
 def test_models_and_health(serve_url):
     assert httpx.get(f"{serve_url}/health").json()["status"] == "ok"
     assert [m["id"] for m in httpx.get(f"{serve_url}/v1/models").json()["data"]] == [MODEL]
+    client = openai.OpenAI(base_url=f"{serve_url}/v1", api_key="unused")
+    assert client.models.retrieve(MODEL).id == MODEL
+    missing = httpx.get(f"{serve_url}/v1/models/gpt-9")
+    assert missing.status_code == 404 and missing.json()["error"]["param"] == "model"
 
 
 def test_openai_client_streams_with_spec_stats_and_headers(serve_url):

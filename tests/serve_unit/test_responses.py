@@ -96,3 +96,10 @@ def test_answer_without_reasoning_has_no_reasoning_field():
     answer = collect([Chunk(text="ok", num_tokens=1), Chunk(finish_reason="length", usage=Usage())])
     message = answer["choices"][0]["message"]
     assert message == {"role": "assistant", "content": "ok"}
+
+
+def test_usage_carries_cached_tokens_where_openai_clients_read_them():
+    usage = Usage(prompt_tokens=900, completion_tokens=3, total_tokens=903, cached_prompt_tokens=512)
+    body = collect([Chunk(text="ok", num_tokens=3), Chunk(finish_reason="stop", usage=usage)])
+    assert body["usage"]["prompt_tokens_details"] == {"cached_tokens": 512}
+    assert (body["usage"]["cached_prompt_tokens"], body["usage"]["total_tokens"]) == (512, 903)
