@@ -46,7 +46,7 @@ TTFT_SWEEP_FRACTIONS = (0.25, 0.5)
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("autoscaling", help="simulated day: Ray default vs Ray LLM TTFT rule vs ours")
-    add_pool_arguments(parser)
+    add_pool_arguments(parser, default_pool="dspine-agent")
     parser.add_argument("--seed", type=int, default=1, help="traffic seed (default 1: a day the tuner did not see)")
     parser.add_argument("--tuned", type=Path, help="tuned YAML (default autoscaling/tuned/<pool>.yaml if present)")
     parser.add_argument("--sweep-baselines", action="store_true", help="also sweep each baseline's main knob")

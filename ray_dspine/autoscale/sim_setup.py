@@ -34,8 +34,15 @@ def _flag_error(exc: ValidationError) -> SetupError:
     return flag_error(exc, FLAG_OF_FIELD, SetupError)
 
 
-def add_pool_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--pool", required=True, help=f"pool name; twins built in: {', '.join(TWIN_POOLS)}")
+def add_pool_arguments(parser: argparse.ArgumentParser, default_pool: str | None = None) -> None:
+    """The pool flags; `default_pool` None makes --pool required."""
+    twins = ", ".join(TWIN_POOLS)
+    if default_pool is None:
+        parser.add_argument("--pool", required=True, help=f"pool name; twins built in: {twins}")
+    else:
+        parser.add_argument(
+            "--pool", default=default_pool, help=f"pool name (default {default_pool}); twins built in: {twins}"
+        )
     parser.add_argument("--config", type=Path, help="Serve config (clusters/sim.yaml) to take the pool's engine from")
     parser.add_argument("--trace", help="azure-code | azure-conv | mooncake | a file (default: the pool's)")
     parser.add_argument("--traces-dir", type=Path, help="folder holding the named traces")
@@ -61,6 +68,11 @@ def resolve_pool(args: argparse.Namespace) -> tuple[PoolSimConfig, TrafficConfig
 def _resolve_pool(args: argparse.Namespace) -> tuple[PoolSimConfig, TrafficConfig]:
     if args.pool in TWIN_POOLS:
         pool, traffic = TWIN_POOLS[args.pool]
+    elif args.config is None:
+        raise SetupError(
+            f"argument --pool: {args.pool!r} is not a built-in twin ({', '.join(TWIN_POOLS)}); "
+            "to simulate another pool, name it in a Serve config and pass --config CLUSTER.yaml"
+        )
     else:
         pool, traffic = TWIN_POOLS["dspine-agent"]
         pool = pool.model_copy(update={"name": args.pool})

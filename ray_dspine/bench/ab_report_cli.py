@@ -14,6 +14,7 @@ import numpy as np
 import yaml
 
 from ray_dspine.bench.ab_report import AbReport, ArmStats, PoolPrice, RunRecord, Spread, build_report
+from ray_dspine.cli_errors import CliError, cli_errors
 
 
 def load_records(path: str | Path) -> tuple[list[RunRecord], int]:
@@ -104,13 +105,29 @@ def render_report(report: AbReport) -> str:
     return "\n".join(lines)
 
 
+@cli_errors
 def _run_command(args: argparse.Namespace) -> int:
     source = Path(args.run_dir)
-    records, num_bad = load_records(source)
-    prices = load_pool_prices(args.config) if args.config else None
-    report = build_report(records, prices=prices, rng=np.random.default_rng(args.seed),
-                          num_resamples=args.resamples, seed=args.seed, baseline=args.baseline,
-                          source=str(source), num_bad_lines=num_bad)
+    if not 100 <= args.resamples <= 100_000:
+        raise CliError(f"argument --resamples: must be from 100 to 100000 (got {args.resamples})")
+    try:
+        records, num_bad = load_records(source)
+    except OSError as exc:
+        where = source / "records.jsonl" if source.is_dir() else source
+        raise CliError(
+            f"argument DIR: cannot read {where} ({exc.strerror or exc}); pass the folder `bench replay --out` wrote"
+        ) from exc
+    try:
+        prices = load_pool_prices(args.config) if args.config else None
+    except (OSError, yaml.YAMLError, ValueError) as exc:
+        raise CliError(f"argument --config: cannot read pool prices from {args.config}: {exc}") from exc
+    try:
+        report = build_report(records, prices=prices, rng=np.random.default_rng(args.seed),
+                              num_resamples=args.resamples, seed=args.seed, baseline=args.baseline,
+                              source=str(source), num_bad_lines=num_bad)
+    except ValueError as exc:  # no readable records, or --baseline names no arm
+        flag = "--baseline" if "baseline arm" in str(exc) else "DIR"
+        raise CliError(f"argument {flag}: {exc}") from exc
     print(report.model_dump_json(indent=2) if args.json else render_report(report))
     return 0
 

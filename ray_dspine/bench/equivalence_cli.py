@@ -19,6 +19,7 @@ from collections import Counter
 from pathlib import Path
 
 import httpx
+from pydantic import ValidationError
 
 from ray_dspine.bench.equivalence import (
     EquivalencePrompt,
@@ -35,6 +36,7 @@ from ray_dspine.bench.equivalence import (
     decide,
     load_prompts,
 )
+from ray_dspine.cli_errors import CliError, cli_errors, flag_error
 
 DEFAULT_ENDPOINT = "http://127.0.0.1:8000"
 
@@ -211,16 +213,44 @@ def _served_model(endpoint: str) -> str | None:
     return data[0].get("id") if data else None
 
 
+SETTING_FLAGS = {"max_tokens": "--max-tokens", "temperature": "--temperature", "timeout_s": "--timeout-s",
+                 "concurrency": "--concurrency"}
+
+
+def _prompts(args: argparse.Namespace) -> list[EquivalencePrompt]:
+    if args.num_prompts is not None and args.num_prompts < 1:
+        raise CliError(f"argument --num-prompts: must be >= 1 (got {args.num_prompts})")
+    for flag, value in (("--samples", args.samples), ("--prefix-words", args.prefix_words)):
+        if value < 1:
+            raise CliError(f"argument {flag}: must be >= 1 (got {value})")
+    if not 0.0 < args.alpha < 1.0:
+        raise CliError(f"argument --alpha: must be between 0 and 1 (got {args.alpha})")
+    try:
+        return load_prompts(args.prompts, args.num_prompts)
+    except OSError as exc:
+        raise CliError(f"argument --prompts: cannot read {args.prompts} ({exc.strerror or exc})") from exc
+    except (ValueError, KeyError, TypeError) as exc:  # not JSON, or not a list of prompts
+        raise CliError(
+            f"argument --prompts: {args.prompts} is not a prompt file (a JSON list of "
+            f'{{"id", "messages" or "prompt"}}, or {{"prompts": [...]}}): {exc}'
+        ) from exc
+
+
+@cli_errors
 def _run_command(args: argparse.Namespace) -> int:
-    prompts = load_prompts(args.prompts, args.num_prompts)
+    prompts = _prompts(args)
     side_a = Side(label=args.pool_a or "A", base_url=args.endpoint, pool=args.pool_a)
     side_b = Side(label=args.pool_b or ("B" if args.endpoint_b else "B (same endpoint)"),
                   base_url=args.endpoint_b or args.endpoint, pool=args.pool_b)
     if side_a.label == side_b.label:
         side_a, side_b = side_a.model_copy(update={"label": "A"}), side_b.model_copy(update={"label": "B"})
+    try:
+        settings = RequestSettings(max_tokens=args.max_tokens, temperature=args.temperature,
+                                   timeout_s=args.timeout_s, concurrency=args.concurrency)
+    except ValidationError as exc:
+        raise flag_error(exc, SETTING_FLAGS) from exc
     model = args.model or _served_model(args.endpoint)  # None: send no `model`, as some servers allow
-    settings = RequestSettings(max_tokens=args.max_tokens, temperature=args.temperature, model=model,
-                               timeout_s=args.timeout_s, concurrency=args.concurrency)
+    settings = settings.model_copy(update={"model": model})
     if args.temperature == 0:
         report = asyncio.run(run_greedy(prompts, side_a, side_b, settings))
         text, ok = render_greedy(report), report.num_diverged == 0
@@ -248,7 +278,7 @@ def register_equivalence(subparsers: argparse._SubParsersAction) -> argparse.Arg
         description="Greedy (temperature 0): every prompt's answer must match byte for byte; reports the first "
         "divergence and the mismatch rate. Sampled (temperature > 0): K samples per prompt per side with "
         "distinct seeds; chi-square homogeneity test on the first words; p >= alpha -> no evidence of "
-        "difference. Exit code 0 equivalent, 1 difference found, 3 nothing compared.",
+        "difference. Exit code 0 equivalent, 1 difference found, 2 bad input, 3 nothing compared.",
     )
     parser.add_argument("--endpoint", default=os.environ.get("DSPINE_ENDPOINT", DEFAULT_ENDPOINT),
                         help="side A server root (default $DSPINE_ENDPOINT or %(default)s)")

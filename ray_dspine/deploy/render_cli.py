@@ -57,6 +57,9 @@ def register(subparsers) -> None:
 
 def kuberay_main(args) -> int:
     config = Path(args.config)
+    if not config.is_file():
+        print(f"ray-dspine render kuberay: --config {config}: no such file (default {DEFAULT_CONFIG})", file=sys.stderr)
+        return 1
     if args.patch:
         try:
             load_app_configs(config)

@@ -15,11 +15,12 @@ SIM_YAML = str(Path(__file__).resolve().parents[2] / "clusters" / "sim.yaml")
 def test_bench_reports_the_hindsight_schedule_against_the_better_baseline(tmp_path, azure_path):
     report = tmp_path / "bench.json"
     day = ["--trace", str(azure_path), "--rate-scale", "10", "--duration-s", "600"]
-    args = ["bench", "autoscaling", "--pool", "dspine-agent", *day, "--hindsight", "--hindsight-bin-s", "200"]
+    args = ["bench", "autoscaling", *day, "--hindsight", "--hindsight-bin-s", "200"]  # --pool defaults to dspine-agent
     plot = tmp_path / "day.png"
     assert main([*args, "--tuned", str(tmp_path / "none.yaml"), "--out", str(report), "--plot", str(plot)]) == 0
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     data = json.loads(report.read_text())
+    assert data["pool"]["name"] == "dspine-agent"
     hindsight, verdict = data["hindsight"], data["verdict"]
     assert hindsight["bin_s"] == 200.0 and len(hindsight["counts"]) == 3
     assert hindsight["replay"]["policy"] == "schedule"
@@ -51,6 +52,8 @@ def test_arrivals_per_quarter_hour():
         ("bench", ["--profile", "b300-nothing"], "argument --profile: no simulated profile 'b300-nothing'"),
         ("bench", ["--config", "no-such.yaml"], "argument --config:"),
         ("bench", ["--config", SIM_YAML, "--pool", "nope"], f"no pool 'nope' in {SIM_YAML}; its pools: dspine, dflash2"),
+        ("bench", ["--pool", "nope"], "argument --pool: 'nope' is not a built-in twin (dspine-agent, dflash2, dspine-reasoning)"),
+        ("tune", ["--pool", "nope"], "argument --pool: 'nope' is not a built-in twin"),
         ("bench", ["--hindsight-bin-s", "0"], "argument --hindsight-bin-s"),
         ("tune", ["--duration-s", "-5"], "argument --duration-s"),
         ("tune", ["--num-candidates", "0"], "argument --num-candidates"),

@@ -206,3 +206,27 @@ def test_cli_table_and_json(tmp_path, capsys):
     assert args.func(args) == 0
     payload = json.loads(capsys.readouterr().out)
     assert payload["baseline"] == "autoregressive" and payload["num_resamples"] == 500
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["{missing}"], "argument DIR: cannot read"),
+        (["{empty}"], "argument DIR: no records in"),
+        (["{run}", "--resamples", "5"], "argument --resamples: must be from 100 to 100000 (got 5)"),
+        (["{run}", "--baseline", "nope"], "argument --baseline: baseline arm 'nope' is not among the arms"),
+        (["{run}", "--config", "{missing}"], "argument --config: cannot read pool prices"),
+    ],
+)
+def test_cli_bad_input_names_the_argument_and_exits_2(tmp_path, capsys, flags, named):
+    run = _write_run(tmp_path, sequential_records())
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "records.jsonl").write_text("")
+    paths = {"run": str(run), "empty": str(empty), "missing": str(tmp_path / "no-such-run")}
+    parser = argparse.ArgumentParser(prog="bench")
+    register_ab_report(parser.add_subparsers())
+    args = parser.parse_args(["ab-report", *(flag.format(**paths) for flag in flags)])
+    assert args.func(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and named in err and "Traceback" not in err

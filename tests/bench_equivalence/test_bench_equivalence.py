@@ -186,3 +186,28 @@ def test_cli_reports_and_exit_codes(fake_server, tmp_path, capsys):
                               "--prompts", str(prompt_file), "--json"])
     assert args.func(args) == 3
     assert json.loads(capsys.readouterr().out)["num_errors"] == 1
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--prompts", "{missing}"], "argument --prompts: cannot read"),
+        (["--prompts", "{not_json}"], "argument --prompts: {not_json} is not a prompt file"),
+        (["--num-prompts", "0"], "argument --num-prompts: must be >= 1 (got 0)"),
+        (["--temperature", "-1"], "argument --temperature: Input should be greater than or equal to 0"),
+        (["--concurrency", "0"], "argument --concurrency"),
+        (["--samples", "0", "--temperature", "0.7"], "argument --samples: must be >= 1 (got 0)"),
+        (["--alpha", "1.5"], "argument --alpha: must be between 0 and 1"),
+    ],
+)
+def test_cli_bad_input_names_the_flag_and_exits_2(tmp_path, capsys, flags, named):
+    not_json = tmp_path / "prompts.txt"
+    not_json.write_text("fix the bug\n")
+    paths = {"missing": str(tmp_path / "none.json"), "not_json": str(not_json)}
+    parser = argparse.ArgumentParser(prog="bench")
+    register_equivalence(parser.add_subparsers())
+    # port 9 (discard) on loopback: no request is ever sent, the flags are refused first
+    args = parser.parse_args(["equivalence", "--endpoint", "http://127.0.0.1:9", *(f.format(**paths) for f in flags)])
+    assert args.func(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and named.format(**paths) in err and "Traceback" not in err

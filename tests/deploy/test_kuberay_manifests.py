@@ -169,6 +169,11 @@ def test_render_refuses_mixed_gpu_models(tmp_path, monkeypatch, capsys):
     assert "one GPU model, found ['H100', 'H200']" in capsys.readouterr().err
 
 
+def test_render_names_a_missing_config(tmp_path, capsys):
+    assert render(["kuberay", "--config", str(tmp_path / "nope.yaml")]) == 1
+    assert f"--config {tmp_path / 'nope.yaml'}: no such file" in capsys.readouterr().err
+
+
 def test_render_is_a_ray_dspine_command():
     args = build_parser().parse_args(["render", "kuberay", "--check"])
     assert args.func is render_cli.kuberay_main
