@@ -217,7 +217,8 @@ SETTING_FLAGS = {"max_tokens": "--max-tokens", "temperature": "--temperature", "
                  "concurrency": "--concurrency"}
 
 
-def _prompts(args: argparse.Namespace) -> list[EquivalencePrompt]:
+def _check_counts(args: argparse.Namespace) -> None:
+    """Refuse counts and levels no comparison can run with, before any request is sent."""
     if args.num_prompts is not None and args.num_prompts < 1:
         raise CliError(f"argument --num-prompts: must be >= 1 (got {args.num_prompts})")
     for flag, value in (("--samples", args.samples), ("--prefix-words", args.prefix_words)):
@@ -225,6 +226,9 @@ def _prompts(args: argparse.Namespace) -> list[EquivalencePrompt]:
             raise CliError(f"argument {flag}: must be >= 1 (got {value})")
     if not 0.0 < args.alpha < 1.0:
         raise CliError(f"argument --alpha: must be between 0 and 1 (got {args.alpha})")
+
+
+def _prompts(args: argparse.Namespace) -> list[EquivalencePrompt]:
     try:
         return load_prompts(args.prompts, args.num_prompts)
     except OSError as exc:
@@ -238,6 +242,7 @@ def _prompts(args: argparse.Namespace) -> list[EquivalencePrompt]:
 
 @cli_errors
 def _run_command(args: argparse.Namespace) -> int:
+    _check_counts(args)
     prompts = _prompts(args)
     side_a = Side(label=args.pool_a or "A", base_url=args.endpoint, pool=args.pool_a)
     side_b = Side(label=args.pool_b or ("B" if args.endpoint_b else "B (same endpoint)"),
