@@ -2,7 +2,8 @@
 
 One gateway serves every suite that needs S3: two Ceph clusters on one machine interfere (an OSD of
 one can answer the other's monitor with "wrong fsid"). Set `DSPINE_SKIP_S3=1` to skip those tests;
-otherwise a gateway that fails to start fails them.
+otherwise a gateway that fails to start fails them. `local_serve_app` starts a real Ray Serve app on a
+private local cluster for the suites that serve over HTTP.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -63,6 +66,39 @@ def s3_env():
         yield values
     if _run("stop", scratch).returncode == 0:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def local_serve_app():
+    """start(app, name) -> the base URL of a real Ray Serve app, once healthy; it stops after the module.
+
+    The cluster listens on 127.0.0.1 only, with token auth off (RAY_AUTH_MODE=disabled) and 2 CPUs; the app is
+    healthy once GET /health answers 200 (every pool has a replica), within 240 s.
+    """
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    import ray
+    from ray import serve
+
+    def start(app, name: str) -> str:
+        port = _free_port()
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # never join another cluster
+        serve.start(http_options={"host": "127.0.0.1", "port": int(port)})
+        serve.run(app, name=name, route_prefix="/", blocking=False)
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    return url
+            except httpx.HTTPError:
+                pass
+            time.sleep(1)
+        raise RuntimeError(f"the Serve app {name!r} did not become healthy within 240 s")
+
+    yield start
+    if ray.is_initialized():
+        serve.shutdown()
+        ray.shutdown()
 
 
 # Small hand-written traces for the simulator and autoscaling suites (the real ones stay in

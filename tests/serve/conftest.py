@@ -1,21 +1,10 @@
 """A real local Ray Serve app with the embedded engine, started once for the serve tests."""
 
-import os
-import socket
-import time
-
-import httpx
 import pytest
 
 from ray_dspine.config import AppConfig
 
 APP_NAME = "dspine-test"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def embedded_pool(name: str, speculative: bool, **engine) -> dict:
@@ -52,31 +41,10 @@ def app_config() -> AppConfig:
 
 
 @pytest.fixture(scope="module")
-def serve_url():
-    os.environ["RAY_AUTH_MODE"] = "disabled"
-    import ray
-    from ray import serve
-
+def serve_url(local_serve_app):
     from ray_dspine.serve.app import build_app
 
-    port = free_port()
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # never join another cluster
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
-    serve.run(build_app(app_config()), name=APP_NAME, route_prefix="/", blocking=False)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        time.sleep(1)
-    else:
-        raise RuntimeError("the Serve app did not become healthy within 240 s")
-    yield url
-    serve.shutdown()
-    ray.shutdown()
+    return local_serve_app(build_app(app_config()), APP_NAME)
 
 
 @pytest.fixture

@@ -1,0 +1,135 @@
+"""A real local Ray Serve app whose pool runs the sglang engine, against SGLangServerDouble.
+
+The engine launches `<python_executable> -m sglang.launch_server ...` as it would on a GPU node; here
+`python_executable` is `sglang_python`, which runs the double (tests/sglang_double/sglang_double.py)
+with the same flags. The double writes "t0 t1 ...", 3 tokens per verify step with the drafter; with
+`tools` it answers one call (arguments {"count": max_tokens}); with a reasoning level its first step
+is `reasoning_content`. So everything between the OpenAI client and SGLang's HTTP formats is real.
+"""
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from ray_dspine.config import AppConfig
+
+pytestmark = pytest.mark.serve
+
+HERE = Path(__file__).resolve().parent
+MODEL = "qwen3.8-27b"
+TOOLS = [
+    {"type": "function", "function": {"name": "run_tests", "parameters": {"type": "object", "properties": {}}}},
+    {"type": "function", "function": {"name": "read_file", "parameters": {"type": "object", "properties": {}}}},
+]
+
+
+def _artifact(folder: Path, files: dict[str, bytes]) -> dict:
+    folder.mkdir(parents=True, exist_ok=True)
+    pins = []
+    for name, data in files.items():
+        (folder / name).write_bytes(data)
+        pins.append({"path": name, "sha256": hashlib.sha256(data).hexdigest(), "size_bytes": len(data)})
+    return {"uri": str(folder), "files": pins}
+
+
+def _app_config(root: Path) -> AppConfig:
+    engine = {
+        "kind": "sglang", "served_model_name": MODEL, "speculative_algorithm": "DSPINE",
+        "target": _artifact(root / "target", {"model-00001-of-00001.safetensors": b"target weights"}),
+        "draft": _artifact(root / "draft", {"model.safetensors": b"draft weights"}),
+        "capacity": {"gpu": "H200", "mem_fraction_static": 0.85, "mamba_strategy": "replay_ssm",
+                     "draft": {"name": "DSpine", "draft_params_b": 2.03, "draft_num_layers": 5,
+                               "speculative_num_draft_tokens": 16, "draft_window_tokens": 8192}},
+        "python_executable": str(HERE / "sglang_python"),
+        "env": {"SGLANG_DOUBLE_PYTHON": sys.executable, "SGLANG_DOUBLE_EVENTS": str(root / "events.jsonl")},
+        "log_dir": str(root / "logs"), "cache_dir": str(root / "cache"),
+        "startup_timeout_s": 60.0, "health_poll_s": 0.1, "load_poll_s": 0.5, "request_timeout_s": 30.0,
+    }  # fmt: skip
+    return AppConfig.model_validate(
+        {
+            "server": {"served_model_name": MODEL, "api_key_env": None},
+            "pools": [{"name": "dspine", "gpu_hour_usd": 3.5, "engine": engine,
+                       "deployment": {"num_replicas": 1, "num_cpus": 0.5, "num_gpus": 0}}],
+            "traffic": {"default_reasoning_level": "none", "rules": [
+                {"reasoning_levels": ["none", "low", "medium", "high", "xhigh"], "pool": "dspine"}]},
+        }  # fmt: skip
+    )
+
+
+@pytest.fixture(scope="module")
+def sglang_app(tmp_path_factory, local_serve_app):
+    from ray_dspine.serve.app import build_app
+
+    root = tmp_path_factory.mktemp("sglang-pool")
+    return local_serve_app(build_app(_app_config(root)), "sglang-double"), root / "events.jsonl"
+
+
+def _client(url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+
+
+def _requests_seen(events: Path) -> list[dict]:
+    return [e for e in map(json.loads, events.read_text().splitlines()) if e["event"] == "request"]
+
+
+def test_tool_call_comes_back_as_tool_calls(sglang_app):
+    url, events = sglang_app
+    answer = _client(url).chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "read the failing test"}], max_tokens=10,
+        tools=TOOLS, tool_choice={"type": "function", "function": {"name": "read_file"}},
+    )  # fmt: skip
+    choice = answer.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.content is None
+    [call] = choice.message.tool_calls
+    assert (call.id, call.function.name, call.function.arguments) == ("call_0", "read_file", '{"count": 10}')
+    assert answer.usage.completion_tokens == 10
+    sent = _requests_seen(events)[-1]["keys"]
+    assert {"tools", "tool_choice"} <= set(sent)
+
+
+def test_streamed_tool_call_assembles_from_deltas(sglang_app):
+    url, _ = sglang_app
+    stream = _client(url).chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "run the tests"}], max_tokens=7, tools=TOOLS,
+        stream=True,
+    )  # fmt: skip
+    name, arguments, finish = None, "", None
+    for chunk in stream:
+        for delta in chunk.choices[0].delta.tool_calls or []:
+            name = name or delta.function.name
+            arguments += delta.function.arguments or ""
+        finish = chunk.choices[0].finish_reason or finish
+    # 7 tokens at 3 per step: 3 deltas; tool_choice "auto" calls the first tool
+    assert (name, arguments, finish) == ("run_tests", '{"count": 7}', "tool_calls")
+
+
+def test_reasoning_comes_back_apart_from_content(sglang_app):
+    url, _ = sglang_app
+    answer = _client(url).chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "why does it fail?"}], max_tokens=7,
+        reasoning_effort="high",
+    )  # fmt: skip
+    message = answer.choices[0].message
+    assert message.model_extra["reasoning_content"] == "t0 t1 t2 "
+    assert message.content == "t3 t4 t5 t6 "
+    assert answer.usage.model_extra["path"] == "speculative"
+
+
+def test_json_schema_and_penalties_reach_sglang(sglang_app):
+    url, events = sglang_app
+    schema = {"type": "json_schema", "json_schema": {"name": "plan", "schema": {"type": "object"}}}
+    answer = _client(url).chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "plan the fix"}], max_tokens=4, response_format=schema,
+        frequency_penalty=0.3, logit_bias={"42": -100},
+    )  # fmt: skip
+    assert answer.choices[0].finish_reason == "length"
+    sent = set(_requests_seen(events)[-1]["keys"])
+    assert {"response_format", "frequency_penalty", "logit_bias"} <= sent and "tools" not in sent
+    refused = httpx.post(f"{url}/v1/chat/completions", json={
+        "model": MODEL, "messages": [{"role": "user", "content": "x"}], "logprobs": True})  # fmt: skip
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "logprobs"
