@@ -76,7 +76,7 @@ FLAG_OF_FIELD = {
     "window_start_s": "--window-start-s", "window_s": "--window-s", "session_fraction": "--session-fraction",
     "arrival_scale": "--arrival-scale", "session_rate_per_s": "--session-rate",
     "engine_time_scale": "--engine-time-scale", "max_tokens_cap": "--max-tokens-cap", "seed": "--seed",
-    "repeats": "--repeats",
+    "repeats": "--repeats", "backlog_source": "--backlog",
 }  # fmt: skip
 CHECK_COUNTERS = ("num_submitted", "num_admitted", "num_finished", "num_prefix_hit_tokens", "num_prefill_tokens",
                   "num_output_tokens", "num_waited_for_memory", "num_waited_for_state_slots")  # fmt: skip
@@ -117,6 +117,11 @@ def register(subparsers) -> None:
         "replayed once per engine seed and the paired goals pool all of them",
     )  # fmt: skip
     parser.add_argument(
+        "--backlog", default=None, choices=["engine", "replica", "none"],
+        help="--virtual: where the replicas' prefill backlog comes from: the simulated engine's queue (default), "
+        "the replica's own count as SGLang replicas keep it, or nowhere (request counts only)",
+    )  # fmt: skip
+    parser.add_argument(
         "--sweep-tolerance", default=None, metavar="LIST",
         help="--virtual: replay ours once per TTFT-guard tolerance (simulated s, or none), e.g. 0,2,4,6,8,none, "
         "against the baselines; prints the p99 TTFT / prefix-hit trade",
@@ -144,6 +149,7 @@ def settings_from_args(args) -> RoutingBenchSettings:
         "engine_time_scale": args.engine_time_scale,
         "seed": args.seed,
         "repeats": args.repeats,
+        "backlog_source": args.backlog,
     }
     values.update({k: v for k, v in options.items() if v is not None})
     if args.max_tokens_cap is not None:
@@ -292,6 +298,8 @@ def routing_main(args) -> int:
     settings = settings_from_args(args)
     if args.sweep_tolerance is not None and not args.virtual:
         raise CliError("argument --sweep-tolerance: sweeps run in virtual time; add --virtual")
+    if args.backlog is not None and not args.virtual:
+        raise CliError("argument --backlog: the backlog's source is chosen in virtual time; add --virtual")
     if args.slices is not None and not args.virtual:
         raise CliError("argument --slices: several slices are replayed in virtual time; add --virtual")
     if args.slices is not None and args.sweep_tolerance is not None:

@@ -11,6 +11,10 @@ Rules (simulated seconds throughout):
              turn k-1) (the open-loop rule of the Ray replay).
   reports    replica k's load snapshot is taken every P = routing_stats_period_s / engine_time_scale,
              the first at k * P / N (staggered); a router sees the latest with its age.
+  backlog    settings.backlog_source: 'engine' reports the core's own pending_prefill_tokens and rate;
+             'replica' replaces both with a PrefillBacklog per replica (as an SGLang replica keeps it: fed
+             by each placement and first token, assuming the router's default prefill rate until it has
+             measured one, as the SGLang engine's default does); 'none' reports 0 for both.
   placement  pow2: two distinct replicas drawn uniformly (random.Random(seed)), the one with fewer
              requests in flight (ties: the first drawn) - Ray's PowerOfTwoChoices on queue length;
              other policies: policy.choose on the reports (the router's on_placed / on_completed
@@ -37,6 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..engines.prefill_backlog import PrefillBacklog
 from ..engines.protocol import LoadSnapshot
 from ..engines.simulated.core import SimReplicaCore
 from ..engines.simulated.profile import load_profile
@@ -120,9 +125,25 @@ class _Replay:
         self.in_flight = [0] * self.n
         self.placed_on: dict[int, int] = {}
         self.rng = random.Random(engine_seed)
+        self.backlog_source = settings.backlog_source
+        assumed_rate = RouterConfig().default_prefill_tokens_per_s
+        self.backlogs = [PrefillBacklog(lambda: self.now, default_tokens_per_s=assumed_rate) for _ in range(self.n)]
         self.policy: RoutingPolicy | None = None
         if policy != "pow2":
             self.policy = build_policy(config or virtual_router_config(settings, policy), clock=lambda: self.now)
+
+    def report(self, k: int) -> LoadSnapshot:
+        """Replica k's load as the router is told it (rule `backlog`)."""
+        load = self.cores[k].load()
+        if self.backlog_source == "engine":
+            return load
+        backlog = self.backlogs[k]
+        backlog.resize(load.total_kv_tokens)
+        if self.backlog_source == "none":
+            return load.model_copy(update={"pending_prefill_tokens": 0, "prefill_tokens_per_s": 0.0})
+        return load.model_copy(
+            update={"pending_prefill_tokens": backlog.pending_tokens(), "prefill_tokens_per_s": backlog.tokens_per_s()}
+        )
 
     def views(self) -> list[ReplicaView]:
         out = []
@@ -152,6 +173,7 @@ class _Replay:
         self.in_flight[k] += 1
         sim_request = SimRequest(str(turn.index), turn.prompt_tokens, turn.max_tokens, turn.prefix_hashes, turn.session_id)
         self.cores[k].submit(sim_request, self.now)
+        self.backlogs[k].submit(sim_request.request_id, turn.prompt_tokens, turn.prefix_hashes)
         return True
 
     def next_time(self, arrivals: list, waiting: list) -> float:
@@ -193,6 +215,7 @@ def replay_virtual(
                 index = int(event.request_id)
                 if event.kind == "first_token":
                     first[index] = event.time_s
+                    replay.backlogs[k].first(event.request_id)
                 elif event.kind == "finished":
                     end[index] = event.time_s
                     replay.in_flight[k] -= 1
@@ -205,7 +228,7 @@ def replay_virtual(
                         on_progress(len(end))
         for k in range(replay.n):
             if replay.next_report[k] <= replay.now:
-                replay.reports[k] = (replay.cores[k].load(), replay.now)
+                replay.reports[k] = (replay.report(k), replay.now)
                 replay.next_report[k] += replay.period
         waiting = [turn for turn in waiting if not replay.place(turn)]
         while arrivals and arrivals[0][0] <= replay.now:

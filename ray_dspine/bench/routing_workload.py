@@ -115,6 +115,13 @@ class RoutingBenchSettings(BaseModel):
     repeats: int = Field(
         default=1, ge=1, le=20, description="Replays of the slice per router, interleaved; figures pool them all."
     )
+    backlog_source: Literal["engine", "replica", "none"] = Field(
+        default="engine",
+        description="Where the replicas' reported prefill backlog comes from (virtual replay only): the "
+        "simulated engine's own queue ('engine'); the replica's count from what it sent and first tokens, "
+        "as SGLang replicas report it ('replica', prefill_backlog.py); or nowhere ('none', an engine that "
+        "reports request counts only).",
+    )
     request_timeout_s: float = Field(default=300.0, gt=0.0, description="Per-request deadline, wall seconds.")
     ray_num_cpus: int = Field(default=2, ge=1, description="CPUs the local Ray cluster declares.")
 

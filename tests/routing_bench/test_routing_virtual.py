@@ -6,7 +6,7 @@ import json
 import pytest
 
 from ray_dspine.bench.routing_bench import register
-from ray_dspine.bench.routing_virtual import replay_virtual
+from ray_dspine.bench.routing_virtual import _Replay, _turns, replay_virtual
 from ray_dspine.bench.routing_workload import RoutingBenchSettings, ttft_floors_by_request
 from ray_dspine.bench.traces.loader import NAMED_TRACES, default_traces_dir
 from ray_dspine.bench.traces.model import TraceMessage, TraceRequest
@@ -58,6 +58,38 @@ def test_rule_same_seeds_same_figures():
     requests = two_requests() + [trace_request(f"x{i}", f"sx{i}", 0.01 * i, "c" * (3000 + i)) for i in range(6)]
     runs = [replay_virtual(requests, SETTINGS, "pow2", engine_seed=3, floors_sim_s={}) for _ in range(2)]
     assert runs[0] == runs[1]
+
+
+@pytest.mark.parametrize(
+    ("source", "while_prefilling", "after_first_token"),
+    [
+        ("engine", (1027, 10_000.0), (0, 10_000.0)),  # the core's own queue and rate (1 / 0.1 ms)
+        ("replica", (1027, 10_000.0), (0, 10_000.0)),  # counted from the placement; the assumed rate
+        ("none", (0, 0.0), (0, 0.0)),  # request counts only
+    ],
+)
+def test_rule_the_backlog_the_router_is_told_comes_from_the_chosen_source(source, while_prefilling, after_first_token):
+    settings = SETTINGS.model_copy(update={"backlog_source": source})
+    replay = _Replay(settings, "headroom", 0, None)
+    turn = _turns(two_requests(), settings)[0]  # 1,027 prompt tokens, nothing cached anywhere
+    assert replay.place(turn)
+    k = replay.placed_on[turn.index]
+    load = replay.report(k)
+    assert (load.pending_prefill_tokens, load.prefill_tokens_per_s) == while_prefilling
+    replay.now = 1.0  # its prefill (129.17 ms) is over
+    for event in replay.cores[k].advance_to(replay.now):
+        if event.kind == "first_token":
+            replay.backlogs[k].first(event.request_id)
+    load = replay.report(k)
+    assert (load.pending_prefill_tokens, load.prefill_tokens_per_s) == after_first_token
+
+
+def test_cli_backlog_needs_virtual(capsys):
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    args = parser.parse_args(["routing", "--backlog", "replica"])
+    assert args.func(args) == 2
+    assert capsys.readouterr().err.startswith("error: argument --backlog: the backlog's source is chosen in virtual")
 
 
 def test_cli_virtual_runs_every_router_without_ray(capsys):

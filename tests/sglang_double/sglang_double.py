@@ -18,7 +18,8 @@ later ones null id and name), and finish_reason "tool_calls".
 Behaviour from the environment (the engine passes `env` through): SGLANG_DOUBLE_REFUSE_DRAFTER=1 exits 1
 with a draft-load error when drafter flags are given; SGLANG_DOUBLE_CRASH_AFTER=N dies (exit 134) when
 request N+1 arrives, and SGLANG_DOUBLE_CRASH_WITH_DRAFTER_ONLY=1 limits that to drafter launches;
-SGLANG_DOUBLE_STARTUP_S (before the port opens), SGLANG_DOUBLE_STEP_S (between chunks),
+SGLANG_DOUBLE_STARTUP_S (before the port opens), SGLANG_DOUBLE_PREFILL_S (before a request's first chunk,
+as its prefill), SGLANG_DOUBLE_STEP_S (between chunks),
 SGLANG_DOUBLE_ACCEPT (tokens per verify step, default 3), SGLANG_DOUBLE_KV_TOKENS (default 100000),
 SGLANG_DOUBLE_KV_EVICTABLE, SGLANG_DOUBLE_MAMBA_EVICTABLE (default 0); SGLANG_DOUBLE_EVENTS=path appends
 one JSON line per launch, request, abort and disconnect.
@@ -195,6 +196,7 @@ class Handler(BaseHTTPRequestHandler):
         sent, steps, histogram, finish = 0, 0, [0] * (d.num_draft + 1 if d.drafter else 1), "length"
         call = tool_call_plan(body, n, d.accept) if chat and d.args.tool_call_parser else None
         try:
+            time.sleep(float(os.environ.get("SGLANG_DOUBLE_PREFILL_S", "0")))
             while sent < n:
                 if rid in d.aborted:
                     finish = "abort"

@@ -115,6 +115,40 @@ def test_load_snapshot_from_v1_loads_and_metrics(make_config):
     assert not stopped.healthy
 
 
+def test_load_carries_the_prefill_backlog_sglang_does_not_report(make_config):
+    # The double takes 1 s before a request's first chunk (its prefill). No rate is assumed, so the
+    # waiting request counts whole; its first token gives a rate sample of 12,000 tokens over >= 1 s.
+    blocks = [f"h{i}" for i in range(8)]
+
+    async def main():
+        engine = await _started(make_config(env={"SGLANG_DOUBLE_PREFILL_S": "1.0"}, prefill_tokens_per_s=None))
+        try:
+            idle = engine.load()
+            first = asyncio.create_task(_collect(engine, _request(
+                "turn-1", estimated_prompt_tokens=12_000, prefix_hashes=blocks[:4])))
+            await wait_until(lambda: engine.load().pending_prefill_tokens > 0, what="turn-1 to be counted")
+            waiting = engine.load()
+            await first
+            after = engine.load()
+            # The next turn repeats turn-1's 4 blocks and adds 4: half of its 24,000 tokens are left.
+            second = asyncio.create_task(_collect(engine, _request(
+                "turn-2", estimated_prompt_tokens=24_000, prefix_hashes=blocks)))
+            await wait_until(lambda: engine.load().pending_prefill_tokens > 0, what="turn-2 to be counted")
+            follow = engine.load()
+            await second
+        finally:
+            await engine.stop()
+        return idle, waiting, after, follow
+
+    idle, waiting, after, follow = run(main())
+    assert (idle.pending_prefill_tokens, idle.prefill_tokens_per_s) == (0, 0.0)
+    assert waiting.pending_prefill_tokens == 12_000
+    assert after.pending_prefill_tokens == 0
+    assert 1_200.0 < after.prefill_tokens_per_s <= 12_000.0
+    # 12,000 left, less what the measured rate says has been prefilled since turn-2 was sent.
+    assert 6_000 < follow.pending_prefill_tokens <= 12_000
+
+
 def test_crash_then_restart(make_config):
     async def main():
         engine = await _started(make_config(env={"SGLANG_DOUBLE_CRASH_AFTER": "1"}))

@@ -70,6 +70,17 @@ class SGLangEngineConfig(BaseModel):
     drain_s: float = Field(
         default=30.0, ge=0, le=3600, description="Longest wait for in-flight requests before a drafter switch restart."
     )
+    prefill_tokens_per_s: float | None = Field(
+        default=10_000.0, gt=0,
+        description="Prefill rate (tokens/s) the replica assumes until it has measured its own from long prompts "
+        "(prefill_backlog.py). The default is the router's default_prefill_tokens_per_s (ASSUMED: about 0.1 ms "
+        "per token for a 27B target on an H200); None assumes none (the running prefill counts whole).",
+    )
+    prefix_block_tokens: int = Field(
+        default=512, ge=1,
+        description="Tokens per prefix-hash block, as the router's prefix_block_tokens (sizes the backlog's "
+        "block LRU).",
+    )
     accept_ema_alpha: float = Field(default=0.1, gt=0, le=1, description="Weight of the newest request in the EMA.")
     cache_dir: str = Field(default="/tmp/ray-dspine-artifacts", description="Local cache for S3 artifacts.")
     artifact_workers: int = Field(default=8, ge=1, le=64, description="Parallel downloads when fetching artifacts.")

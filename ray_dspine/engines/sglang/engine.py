@@ -5,7 +5,9 @@ drafter, and without it for the autoregressive fallback; the target's own config
 shipped profile when the artifact has one), launches the server and starts a background poll of
 `/v1/loads` and `/metrics` every `load_poll_s`; `load()` returns the last snapshot without I/O.
 `generate()` streams from the server's OpenAI endpoints (see mapping.py); when the consumer stops early
-the upstream stream is closed and `/abort_request` is posted for the request id.
+the upstream stream is closed and `/abort_request` is posted for the request id. SGLang counts waiting
+requests but not their prompt tokens, so the replica keeps the prefill backlog the router needs
+itself, from what it sends and each request's first token (prefill_backlog.py), and adds it to load().
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import httpx
 
 from ...artifacts import fetch
 from ...capacity import CapacityPlan, load_hf_config, plan_capacity, resolve_profile
+from ..prefill_backlog import PrefillBacklog
 from ..protocol import Chunk, EngineError, GenerateRequest, LoadSnapshot
 from .args import SGLANG_0_5_23_ARGS, flags_of, redact, render_command
 from .client import SGLangClient, UpstreamError
@@ -57,6 +60,9 @@ class SGLangEngine:
         self._snapshot = LoadSnapshot(healthy=False, engine="sglang")
         self._accept_ema = 1.0
         self._inflight = 0
+        self._backlog = PrefillBacklog(
+            clock, block_tokens=config.prefix_block_tokens, default_tokens_per_s=config.prefill_tokens_per_s or 0.0
+        )
         self._background: set[asyncio.Task] = set()
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -117,7 +123,13 @@ class SGLangEngine:
 
     # -- protocol ----------------------------------------------------------------------------------
     def load(self) -> LoadSnapshot:
-        return self._snapshot
+        """The last poll's snapshot, with the prefill backlog as it stands now (SGLang reports none)."""
+        return self._snapshot.model_copy(
+            update={
+                "pending_prefill_tokens": self._backlog.pending_tokens(),
+                "prefill_tokens_per_s": self._backlog.tokens_per_s(),
+            }
+        )
 
     async def check_health(self) -> None:
         """Raise only when the server is beyond repair (crash policy gave up) or stopped; a restart in
@@ -163,11 +175,14 @@ class SGLangEngine:
         payload = build_payload(request, self.config.served_model_name)
         mapper, done = StreamMapper(), False
         self._inflight += 1
+        self._backlog.submit(request.request_id, request.estimated_prompt_tokens, request.prefix_hashes)
         events = client.stream(base_url, path, payload)
         try:
             try:
                 async for event in events:
                     for chunk in mapper.feed(event):
+                        if chunk.finish_reason != "error":
+                            self._backlog.first(request.request_id)
                         yield chunk
                         if chunk.finish_reason == "error":
                             done = True
@@ -187,6 +202,7 @@ class SGLangEngine:
             yield final
         finally:
             self._inflight -= 1
+            self._backlog.drop(request.request_id)
             await events.aclose()
             if not done:  # cancelled by the consumer: make sure the server stops decoding it
                 task = asyncio.create_task(client.abort(base_url, request.request_id))
@@ -216,7 +232,9 @@ class SGLangEngine:
             inputs, self._current_plan(), healthy=ok and serving, drafter_active=sup is not None and sup.drafter_active,
             accept_ema=self._accept_ema,
         )
-        return self._snapshot
+        if self._snapshot.total_kv_tokens > 0:
+            self._backlog.resize(self._snapshot.total_kv_tokens)
+        return self.load()
 
     async def _poll_forever(self) -> None:
         while True:
