@@ -11,10 +11,11 @@ Rules (simulated seconds throughout):
              turn k-1) (the open-loop rule of the Ray replay).
   reports    replica k's load snapshot is taken every P = routing_stats_period_s / engine_time_scale,
              the first at k * P / N (staggered); a router sees the latest with its age.
-  backlog    settings.backlog_source: 'engine' reports the core's own pending_prefill_tokens and rate;
-             'replica' replaces both with a PrefillBacklog per replica (as an SGLang replica keeps it: fed
-             by each placement and first token, assuming the router's default prefill rate until it has
-             measured one, as the SGLang engine's default does); 'none' reports 0 for both.
+  backlog    settings.backlog_source: 'engine' reports the core's whole snapshot. 'replica' reports what
+             an SGLang replica can: no queued_kv_tokens and no decode_step_ms (SGLang reports neither),
+             and pending_prefill_tokens and the prefill rate from a PrefillBacklog per replica, fed by each
+             placement and first token, assuming the router's default prefill rate until it has measured
+             one (the SGLang engine's default). 'none' is 'replica' with 0 backlog and no rate.
   placement  pow2: two distinct replicas drawn uniformly (random.Random(seed)), the one with fewer
              requests in flight (ties: the first drawn) - Ray's PowerOfTwoChoices on queue length;
              other policies: policy.choose on the reports (the router's on_placed / on_completed
@@ -139,10 +140,14 @@ class _Replay:
             return load
         backlog = self.backlogs[k]
         backlog.resize(load.total_kv_tokens)
-        if self.backlog_source == "none":
-            return load.model_copy(update={"pending_prefill_tokens": 0, "prefill_tokens_per_s": 0.0})
+        known = self.backlog_source == "replica"
         return load.model_copy(
-            update={"pending_prefill_tokens": backlog.pending_tokens(), "prefill_tokens_per_s": backlog.tokens_per_s()}
+            update={
+                "queued_kv_tokens": 0,
+                "decode_step_ms": 0.0,
+                "pending_prefill_tokens": backlog.pending_tokens() if known else 0,
+                "prefill_tokens_per_s": backlog.tokens_per_s() if known else 0.0,
+            }
         )
 
     def views(self) -> list[ReplicaView]:

@@ -119,8 +119,8 @@ class RoutingBenchSettings(BaseModel):
         default="engine",
         description="Where the replicas' reported prefill backlog comes from (virtual replay only): the "
         "simulated engine's own queue ('engine'); the replica's count from what it sent and first tokens, "
-        "as SGLang replicas report it ('replica', prefill_backlog.py); or nowhere ('none', an engine that "
-        "reports request counts only).",
+        "with the rest of the report limited to what SGLang reports ('replica', prefill_backlog.py); or "
+        "nowhere ('none', an SGLang report without that count).",
     )
     request_timeout_s: float = Field(default=300.0, gt=0.0, description="Per-request deadline, wall seconds.")
     ray_num_cpus: int = Field(default=2, ge=1, description="CPUs the local Ray cluster declares.")

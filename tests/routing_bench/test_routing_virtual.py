@@ -76,6 +76,10 @@ def test_rule_the_backlog_the_router_is_told_comes_from_the_chosen_source(source
     k = replay.placed_on[turn.index]
     load = replay.report(k)
     assert (load.pending_prefill_tokens, load.prefill_tokens_per_s) == while_prefilling
+    if source == "engine":
+        assert load.decode_step_ms > 0.0
+    else:  # what SGLang does not report
+        assert (load.queued_kv_tokens, load.decode_step_ms) == (0, 0.0)
     replay.now = 1.0  # its prefill (129.17 ms) is over
     for event in replay.cores[k].advance_to(replay.now):
         if event.kind == "first_token":
