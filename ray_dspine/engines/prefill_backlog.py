@@ -20,6 +20,7 @@ figure itself (times in seconds from an injected clock):
                  the oldest pending request q0 has max(0, est(q0) - mu * (t - s(q0))) left, the others
                  est each; pending(t) is their sum (tokens).
   C              total KV tokens / block_tokens, set from each load poll (`resize`).
+  restart        `forget_cache` empties the block LRU (a relaunched server caches nothing); C is kept.
 The median keeps one wrong cache guess (a prompt the engine had cached, est counted whole) from
 setting the rate; only long prompts sample it, as a short one's time is mostly the step's fixed cost.
 Parameters: block_tokens >= 1; min_sample_tokens >= 1; rate_samples >= 1;
@@ -74,6 +75,13 @@ class PrefillBacklog:
     def resize(self, total_kv_tokens: int) -> None:
         """C = total_kv_tokens / block_tokens (at least one block)."""
         self._blocks.resize(_SELF, max(1, total_kv_tokens // self._block_tokens))
+
+    def forget_cache(self) -> None:
+        """The server was relaunched: nothing it prefilled before is cached any more."""
+        capacity = self._blocks.capacity(_SELF)
+        self._blocks = PrefixIndex()
+        if capacity is not None:
+            self._blocks.resize(_SELF, capacity)
 
     def submit(self, request_id: str, prompt_tokens: int, prefix_hashes: Sequence[str]) -> int:
         """Start counting a request; returns est(q)."""

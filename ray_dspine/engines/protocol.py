@@ -126,6 +126,12 @@ class LoadSnapshot(BaseModel):
         ge=0.0,
         description="One decode step with one more running request, wall-clock ms (0: not known).",
     )
+    cache_generation: int = Field(
+        default=0,
+        ge=0,
+        description="Changes when the engine's prefix cache starts empty again (a server relaunch); a router "
+        "then forgets what it believed the replica cached.",
+    )
     accept_length_ema: float = 1.0
     drafter_active: bool = False
     draft_vram_gb: float = Field(default=0.0, description="VRAM the drafter holds (weights + its KV).")

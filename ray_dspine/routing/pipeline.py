@@ -1,7 +1,9 @@
 """The headroom routing pipeline: reservations, filters, weighted scorers, picker.
 
     index    = each reporting replica's prefix-index capacity set to
-               min(prefix_index_capacity_blocks, total_kv_tokens(r) // prefix_block_tokens)
+               min(prefix_index_capacity_blocks, total_kv_tokens(r) // prefix_block_tokens);
+               a replica whose report's cache_generation differs from its last one is first
+               forgotten there (its engine restarted with an empty cache)
     views    = ledger.apply(replicas)                        (placements not yet in the reports)
     kept     = { r in views : keep(q, r) }                   (filters.py)
     if kept is empty and some replica never reported: rank those by requests in flight, replica_id
@@ -56,6 +58,7 @@ class RoutingPipeline:
         self._scorers: list[tuple[Scorer, float]] | None = None
         self._guard: TtftGuard | None = None
         self._memory_wait: MemoryWait | None = None
+        self._cache_generations: dict[str, int] = {}
 
     def choose(self, request: RequestView, replicas: Sequence[ReplicaView]) -> Decision:
         cfg = self._config
@@ -130,6 +133,11 @@ class RoutingPipeline:
 
     def _size_prefix_index(self, replicas: Sequence[ReplicaView]) -> None:
         for view in replicas:
+            if view.reported:
+                seen = self._cache_generations.setdefault(view.replica_id, view.load.cache_generation)
+                if seen != view.load.cache_generation:
+                    self._cache_generations[view.replica_id] = view.load.cache_generation
+                    self.prefix_index.remove_replica(view.replica_id)
             if view.reported and view.load.total_kv_tokens > 0:
                 blocks = max(1, view.load.total_kv_tokens // self._config.prefix_block_tokens)
                 capacity = min(self._config.prefix_index_capacity_blocks, blocks)

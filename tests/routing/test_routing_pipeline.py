@@ -175,3 +175,15 @@ def test_forget_replica_drops_its_state():
     p.on_placed(RequestView("q0", session_id="s", prefix_hashes=("h0",)), "a")
     p.forget_replica("a")
     assert p.sessions.last("s") is None and p.prefix_index.depths(["h0"]) == {}
+
+
+def test_rule_a_new_cache_generation_forgets_what_the_replica_cached():
+    p = pipeline()
+    p.on_placed(RequestView("q0", session_id="s", prefix_hashes=("h0", "h1")), "a")
+    p.on_placed(RequestView("q1", session_id="t", prefix_hashes=("h0",)), "b")
+    request = RequestView("q2", prefix_hashes=("h0", "h1"))
+    p.choose(request, [view("a"), view("b")])  # generation 0 first seen: nothing forgotten
+    assert p.prefix_index.depths(["h0", "h1"]) == {"a": 2, "b": 1}
+    p.choose(request, [view("a", cache_generation=1), view("b")])  # a's server was relaunched
+    assert p.prefix_index.depths(["h0", "h1"]) == {"b": 1}
+    assert p.sessions.last("s") == "a"  # the session still prefers a; only the cache belief is gone

@@ -135,6 +135,19 @@ def test_the_block_lru_holds_total_kv_over_block_tokens():
     assert backlog.submit("r", 300, ["a", "b", "c"]) == 100
 
 
+def test_after_a_restart_nothing_counts_as_cached_and_the_size_is_kept():
+    backlog, _ = make(block_tokens=100)
+    backlog.resize(250)
+    backlog.submit("q", 200, ["a", "b"])
+    backlog.first("q")
+    backlog.forget_cache()
+    assert backlog.submit("r", 200, ["a", "b"]) == 200
+    backlog.first("r")
+    backlog.submit("s", 300, ["a", "b", "c"])
+    backlog.first("s")  # 3 blocks into a 2-block LRU: c goes
+    assert backlog.submit("t", 300, ["a", "b", "c"]) == 100
+
+
 @pytest.mark.parametrize(
     "kwargs",
     [{"block_tokens": 0}, {"min_sample_tokens": 0}, {"rate_samples": 0}, {"default_tokens_per_s": -1.0}],

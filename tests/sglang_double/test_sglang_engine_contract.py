@@ -170,6 +170,34 @@ def test_crash_then_restart(make_config):
     assert (described["num_crashes"], described["num_launches"], described["path"]) == (1, 2, "speculative")
 
 
+def test_a_relaunched_server_has_nothing_cached_in_the_backlog(make_config):
+    # Turn a's two blocks count as cached once it has its first token; the double then dies on request b
+    # and is relaunched, and the same two blocks count whole again (no rate assumed: the head counts whole);
+    # the snapshot's cache_generation, the launch count, tells the router the cache is new.
+    env = {"SGLANG_DOUBLE_CRASH_AFTER": "1", "SGLANG_DOUBLE_PREFILL_S": "0.3"}
+
+    async def main():
+        engine = await _started(make_config(env=env, prefill_tokens_per_s=None))
+        try:
+            await _collect(engine, _request("a", estimated_prompt_tokens=2000, prefix_hashes=["p0", "p1"]))
+            before = engine.load().cache_generation
+            await _collect(engine, _request("b"))
+            sup = engine._supervisor
+            await wait_until(lambda: sup.num_launches == 2 and sup.state == "ready", what="a restart")
+            await engine.poll_load()
+            again = asyncio.create_task(_collect(engine, _request(
+                "c", estimated_prompt_tokens=2000, prefix_hashes=["p0", "p1"])))
+            await wait_until(lambda: engine.load().pending_prefill_tokens > 0, what="turn c to be counted")
+            counted, after = engine.load().pending_prefill_tokens, engine.load().cache_generation
+            await again
+        finally:
+            await engine.stop()
+        return counted, before, after
+
+    # the router is told too: the generation is the launch count, so it forgets the replica's cache
+    assert run(main()) == (2000, 1, 2)
+
+
 def test_drafter_load_failure_falls_back_to_autoregressive(make_config):
     config = make_config(env={"SGLANG_DOUBLE_REFUSE_DRAFTER": "1"})
 

@@ -63,6 +63,7 @@ class SGLangEngine:
         self._backlog = PrefillBacklog(
             clock, block_tokens=config.prefix_block_tokens, default_tokens_per_s=config.prefill_tokens_per_s or 0.0
         )
+        self._launches_seen = 0
         self._background: set[asyncio.Task] = set()
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -128,6 +129,7 @@ class SGLangEngine:
             update={
                 "pending_prefill_tokens": self._backlog.pending_tokens(),
                 "prefill_tokens_per_s": self._backlog.tokens_per_s(),
+                "cache_generation": self._launches_seen,
             }
         )
 
@@ -232,6 +234,9 @@ class SGLangEngine:
             inputs, self._current_plan(), healthy=ok and serving, drafter_active=sup is not None and sup.drafter_active,
             accept_ema=self._accept_ema,
         )
+        if sup is not None and sup.num_launches != self._launches_seen:  # a new server caches nothing yet
+            self._launches_seen = sup.num_launches
+            self._backlog.forget_cache()
         if self._snapshot.total_kv_tokens > 0:
             self._backlog.resize(self._snapshot.total_kv_tokens)
         return self.load()
