@@ -35,7 +35,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from ..routing.prefix_index import PrefixIndex
+from ..routing.prefix_index import PrefixIndex, uncached_share
 
 _SELF = "self"
 
@@ -86,10 +86,8 @@ class PrefillBacklog:
     def submit(self, request_id: str, prompt_tokens: int, prefix_hashes: Sequence[str]) -> int:
         """Start counting a request; returns est(q)."""
         hashes = tuple(prefix_hashes)
-        est = prompt_tokens
-        if hashes:
-            depth = self._blocks.depths(hashes).get(_SELF, 0)
-            est = round(prompt_tokens * (1.0 - depth / len(hashes)))
+        depth = self._blocks.depths(hashes).get(_SELF, 0)
+        est = uncached_share(prompt_tokens, len(hashes), depth)
         self._pending[request_id] = _Pending(self._clock(), est, hashes)
         return est
 

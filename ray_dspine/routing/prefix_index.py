@@ -27,6 +27,14 @@ from collections import OrderedDict
 from typing import Iterable, Sequence
 
 
+def uncached_share(prompt_tokens: int, num_blocks: int, depth: int) -> int:
+    """Prompt tokens not covered by a `depth`-block leading match of `num_blocks` (the share of blocks
+    matched; no blocks: the whole prompt)."""
+    if num_blocks == 0:
+        return prompt_tokens
+    return round(prompt_tokens * (1.0 - min(depth, num_blocks) / num_blocks))
+
+
 class PrefixIndex:
     def __init__(self, capacity_blocks: int | None = None):
         self._capacity_blocks = capacity_blocks

@@ -175,7 +175,7 @@ class SGLangEngine:
             raise EngineError("the SGLang server is not ready", status=503, code="engine_unavailable")
         base_url, path = sup.base_url, endpoint_for(request)
         payload = build_payload(request, self.config.served_model_name)
-        mapper, done = StreamMapper(), False
+        mapper, done, prefilled = StreamMapper(), False, False
         self._inflight += 1
         self._backlog.submit(request.request_id, request.estimated_prompt_tokens, request.prefix_hashes)
         events = client.stream(base_url, path, payload)
@@ -183,8 +183,9 @@ class SGLangEngine:
             try:
                 async for event in events:
                     for chunk in mapper.feed(event):
-                        if chunk.finish_reason != "error":
+                        if not prefilled and chunk.finish_reason != "error":
                             self._backlog.first(request.request_id)
+                            prefilled = True
                         yield chunk
                         if chunk.finish_reason == "error":
                             done = True

@@ -20,17 +20,14 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ray_dspine.routing.prefix_index import PrefixIndex
+from ray_dspine.routing.prefix_index import PrefixIndex, uncached_share
 from ray_dspine.routing.scorers.base import relative
 from ray_dspine.routing.types import ReplicaView, RequestView
 
 
 def uncached_tokens(request: RequestView, depth: int) -> int:
     """Prompt tokens not covered by a `depth`-block prefix match (the share of blocks matched)."""
-    num_blocks = len(request.prefix_hashes)
-    if num_blocks == 0:
-        return request.prompt_tokens
-    return round(request.prompt_tokens * (1.0 - min(depth, num_blocks) / num_blocks))
+    return uncached_share(request.prompt_tokens, len(request.prefix_hashes), depth)
 
 
 def prefill_rate(view: ReplicaView, default_tokens_per_s: float) -> float:
