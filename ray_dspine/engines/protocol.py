@@ -110,6 +110,12 @@ class LoadSnapshot(BaseModel):
     state_slots_per_request: int = Field(default=1, description="Slots one request takes (speculation adds).")
     num_running: int = 0
     num_queued: int = 0
+    evictable_kv_tokens: int | None = Field(
+        default=None,
+        ge=0,
+        description="Of free_kv_tokens, those held by cached prefixes no running request uses (reclaimable by "
+        "eviction); None: not reported.",
+    )
     queued_kv_tokens: int = Field(
         default=0, ge=0, description="KV tokens the queued requests will take once admitted (ahead of a newcomer)."
     )

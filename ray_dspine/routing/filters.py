@@ -6,8 +6,17 @@ Rules, for request q and replica r (loads already reduced by the reservation led
     fresh(r)     = r unreported  or  age(r) <= drop_after_s
     trust(r)     = 1                        if age(r) <= stale_after_s
                  = stale_headroom_fraction  otherwise          (stale reports: believe only part)
-    holds_kv(r)  = trust(r) * free_kv_tokens(r) - queued_kv_tokens(r) >= needed_kv_tokens(q)
+    holds_kv(r)  = trust(r) * free_kv_tokens(r) - queued_kv_tokens(r) - pinned_hit(q, r)
+                       >= needed_kv_tokens(q) - cached(q, r)
                                                   (the replica's queue is admitted first, FCFS)
+    cached(q, r) = prompt tokens of q the router believes r has cached (its prefix index; 0 if none)
+    pinned_hit(q, r) = min(cached(q, r), evictable_kv_tokens(r))   (evictable_kv_tokens(r) taken as
+                   trust(r) * free_kv_tokens(r) when r does not report it)
+                   An engine reuses the cached blocks instead of allocating them, so q needs only
+                   needed - cached new tokens; but cached blocks no running request holds are counted
+                   in free_kv_tokens and stop being free once q pins them. In the worst case every hit
+                   block is such a block, and with cached = 0, or evictable unreported, the rule is
+                   free - queued >= needed.
     holds_state(r) = total_state_slots(r) == 0                 (no Mamba pool on this engine)
                  or trust(r) * free_state_slots(r) >= num_state_slots(q) * state_slots_per_request(r)
     keep(r)      = healthy and fresh and holds_kv and holds_state
@@ -25,7 +34,7 @@ Complexity: O(R) for R replicas.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from ray_dspine.routing.types import ReplicaView, RequestView
 
@@ -51,12 +60,17 @@ def check_fresh(view: ReplicaView, drop_after_s: float) -> str | None:
     return f"load report {view.stats_age_s:.1f}s old > drop_after_s {drop_after_s:.1f}s"
 
 
-def check_capacity(request: RequestView, view: ReplicaView, trust: float) -> str | None:
+def check_capacity(request: RequestView, view: ReplicaView, trust: float, cached_tokens: int = 0) -> str | None:
     load = view.load
     free_kv = trust * load.free_kv_tokens - load.queued_kv_tokens
-    if free_kv < request.needed_kv_tokens:
+    cached = max(0, min(cached_tokens, request.needed_kv_tokens))
+    evictable = trust * load.free_kv_tokens if load.evictable_kv_tokens is None else load.evictable_kv_tokens
+    pinned_hit = min(cached, max(0.0, evictable))
+    needed = request.needed_kv_tokens - cached
+    if free_kv - pinned_hit < needed:
         queued = f" after {load.queued_kv_tokens} queued" if load.queued_kv_tokens else ""
-        return f"kv: {free_kv:.0f} free{queued} < {request.needed_kv_tokens} needed"
+        hit = f" ({cached} cached)" if cached else ""
+        return f"kv: {free_kv - pinned_hit:.0f} free{queued} < {needed} needed{hit}"
     if load.total_state_slots > 0:
         needed_slots = request.num_state_slots * load.state_slots_per_request
         free_slots = trust * load.free_state_slots
@@ -86,7 +100,9 @@ def filter_replicas(
     stale_after_s: float,
     stale_headroom_fraction: float,
     drop_after_s: float,
+    cached_tokens: Mapping[str, int] | None = None,
 ) -> FilterResult:
+    """`cached_tokens[replica_id]`: cached(q, r) above (missing: 0)."""
     kept: list[ReplicaView] = []
     unreported: list[ReplicaView] = []
     rejected: dict[str, str] = {}
@@ -97,7 +113,8 @@ def filter_replicas(
         reason = check_healthy(view) or check_fresh(view, drop_after_s)
         if reason is None:
             trust = trust_fraction(view, stale_after_s, stale_headroom_fraction)
-            reason = check_capacity(request, view, trust)
+            cached = cached_tokens.get(view.replica_id, 0) if cached_tokens else 0
+            reason = check_capacity(request, view, trust, cached)
         if reason is None:
             kept.append(view)
         else:

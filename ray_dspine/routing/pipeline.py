@@ -15,9 +15,16 @@
     if memory_wait_tolerance_s is set and memory_wait.hold(q, ranking[0], kept, views):
                  wait (a replica short of memory has a far shorter prefill backlog; memory_wait.py)
 
+The filters' cached(q, r) is the prompt less uncached_tokens(q, depth(q, r)) of the prefix index (the
+TTFT scorer's estimate): a replica that caches most of a long prompt needs KV only for the rest.
+
 `on_placed(q, r)` records r in the ledger (with q's uncached prompt tokens on r, predicted_ttft.py),
-the prefix index (all of q's blocks) and the session table; `on_completed` releases the ledger
-entry. Parameters: see `RouterConfig`.
+the prefix index (all of q's blocks) and the session table; `on_completed(q)` releases the ledger
+entry and, when q was served, inserts q's blocks into the index for r again, most recently used: an
+engine pins a running request's blocks and hands them to its LRU only when the request ends, so a
+long request's prefix outlives placements made after it (the index would otherwise evict it first,
+while the engine still holds it). Not after r's cache generation changed or r was forgotten, and
+not for a withdrawn request (`served=False`: it never reached r). Parameters: see `RouterConfig`.
 A replica the guard drops is listed in `Decision.rejected` with its predicted TTFT.
 Complexity per decision: O(R) filters + O(n * R) prefix walk + O(S * R + R log R) scoring and ranking.
 """
@@ -25,6 +32,7 @@ Complexity per decision: O(R) filters + O(n * R) prefix walk + O(S * R + R log R
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from typing import Callable, Sequence
 
 from ray_dspine.routing.config import RouterConfig
@@ -59,6 +67,7 @@ class RoutingPipeline:
         self._guard: TtftGuard | None = None
         self._memory_wait: MemoryWait | None = None
         self._cache_generations: dict[str, int] = {}
+        self._in_flight: OrderedDict[str, tuple[str, tuple[str, ...], int]] = OrderedDict()
 
     def choose(self, request: RequestView, replicas: Sequence[ReplicaView]) -> Decision:
         cfg = self._config
@@ -70,6 +79,7 @@ class RoutingPipeline:
             stale_after_s=cfg.stale_after_s,
             stale_headroom_fraction=cfg.stale_headroom_fraction,
             drop_after_s=cfg.drop_after_s,
+            cached_tokens=self._cached_tokens(request),
         )
         fallback = [v.replica_id for v in sorted(result.unreported, key=lambda v: (v.num_requests, v.replica_id))]
         if not result.kept:
@@ -122,14 +132,34 @@ class RoutingPipeline:
         self.ledger.place(request, replica_id, prefill_tokens=uncached_tokens(request, depth))
         self.prefix_index.insert(request.prefix_hashes, replica_id)
         self.sessions.record(request.session_id, replica_id)
+        self._in_flight.pop(request.request_id, None)
+        if request.prefix_hashes:
+            generation = self._cache_generations.get(replica_id, 0)
+            self._in_flight[request.request_id] = (replica_id, request.prefix_hashes, generation)
+            while len(self._in_flight) > self._config.session_table_capacity:  # requests never completed
+                self._in_flight.popitem(last=False)
 
-    def on_completed(self, request_id: str) -> None:
+    def on_completed(self, request_id: str, served: bool = True) -> None:
         self.ledger.complete(request_id)
+        placed = self._in_flight.pop(request_id, None)
+        if served and placed is not None:
+            replica_id, hashes, generation = placed
+            if self._cache_generations.get(replica_id, 0) == generation:
+                self.prefix_index.insert(hashes, replica_id)
 
     def forget_replica(self, replica_id: str) -> None:
+        for request_id in [rid for rid, placed in self._in_flight.items() if placed[0] == replica_id]:
+            del self._in_flight[request_id]
         self.prefix_index.remove_replica(replica_id)
         self.sessions.remove_replica(replica_id)
         self.ledger.forget_replica(replica_id)
+
+    def _cached_tokens(self, request: RequestView) -> dict[str, int]:
+        """Prompt tokens each replica is believed to cache (the filters' cached(q, r))."""
+        if not request.prefix_hashes:
+            return {}
+        depths = self.prefix_index.depths(request.prefix_hashes)
+        return {rid: request.prompt_tokens - uncached_tokens(request, depth) for rid, depth in depths.items()}
 
     def _size_prefix_index(self, replicas: Sequence[ReplicaView]) -> None:
         for view in replicas:

@@ -106,7 +106,7 @@ class DSpineRequestRouter(RequestRouter):
         if not ranked and self._tentative.pop(request.request_id, None) is not None:
             # Chosen on an earlier call but not routed (that replica's queue was full), and now told to
             # wait: it is on no replica, so its tentative placement must not hold headroom there.
-            self._policy.on_completed(request.request_id)
+            self._policy.on_completed(request.request_id, served=False)
         if ranked and self._tentative.get(request.request_id) != ranked[0]:
             if len(self._tentative) >= MAX_TENTATIVE:  # requests cancelled before Ray routed them
                 del self._tentative[next(iter(self._tentative))]

@@ -66,3 +66,33 @@ def test_rule_unreported_set_aside():
     result = filter_replicas(REQ, [ReplicaView("new", LoadSnapshot(), math.inf), view("b")], **PARAMS)
     assert [v.replica_id for v in result.kept] == ["b"]
     assert [v.replica_id for v in result.unreported] == ["new"]
+
+
+def test_rule_holds_kv_counts_only_the_uncached_part_when_hit_blocks_are_pinned():
+    # needed 1000, 900 of them cached on "a", which reports 300 free of which 100 evictable:
+    # pinned_hit = min(900, 100) = 100; 300 - 100 = 200 >= 1000 - 900 = 100 -> in.
+    # "b" caches nothing: 300 < 1000 -> out.
+    replicas = [view("a", free_kv_tokens=300, evictable_kv_tokens=100), view("b", free_kv_tokens=300)]
+    result = filter_replicas(REQ, replicas, cached_tokens={"a": 900}, **PARAMS)
+    assert [v.replica_id for v in result.kept] == ["a"]
+    assert result.rejected["b"] == "kv: 300 free < 1000 needed"
+
+
+def test_rule_holds_kv_takes_evictable_hit_blocks_as_no_longer_free():
+    # 900 cached, 300 free, all 300 evictable (they may be the hit blocks): 300 - 300 = 0 < 100 -> out
+    replicas = [view("a", free_kv_tokens=300, evictable_kv_tokens=300)]
+    result = filter_replicas(REQ, replicas, cached_tokens={"a": 900}, **PARAMS)
+    assert result.rejected["a"] == "kv: 0 free < 100 needed (900 cached)"
+    # evictable 200: 300 - 200 = 100 >= 100 -> in (exactly)
+    assert kept_ids_cached([view("a", free_kv_tokens=300, evictable_kv_tokens=200)], {"a": 900}) == ["a"]
+
+
+def test_rule_holds_kv_without_an_evictable_report_is_the_whole_need():
+    # evictable not reported: taken as all 1000 free, pinned_hit = min(900, 1000) = 900;
+    # 1000 - 900 = 100 >= 100 -> in, as 1000 >= 1000 needed would say; 999 free: 99 < 100 -> out, as 999 < 1000
+    assert kept_ids_cached([view("a", free_kv_tokens=1000)], {"a": 900}) == ["a"]
+    assert kept_ids_cached([view("a", free_kv_tokens=999)], {"a": 900}) == []
+
+
+def kept_ids_cached(replicas, cached):
+    return [v.replica_id for v in filter_replicas(REQ, replicas, cached_tokens=cached, **PARAMS).kept]

@@ -187,3 +187,49 @@ def test_rule_a_new_cache_generation_forgets_what_the_replica_cached():
     p.choose(request, [view("a", cache_generation=1), view("b")])  # a's server was relaunched
     assert p.prefix_index.depths(["h0", "h1"]) == {"b": 1}
     assert p.sessions.last("s") == "a"  # the session still prefers a; only the cache belief is gone
+
+
+def test_rule_a_replica_that_caches_most_of_the_prompt_needs_kv_only_for_the_rest():
+    p = pipeline()
+    p.on_placed(RequestView("q0", session_id="s", prefix_hashes=("h0", "h1", "h2", "h3")), "a")
+    p.on_completed("q0")
+    # q1 repeats all 4 of q0's blocks and adds none: cached(q1, a) = 8000 - uncached_tokens = 8000 - 0;
+    # a: 3000 free, 500 evictable -> 3000 - min(8000, 500) = 2500 >= 8100 - 8000 = 100 -> kept.
+    # b caches nothing: 9000 >= 8100 -> kept as well; a ranks first (the session's replica, its prefix).
+    request = RequestView("q1", session_id="s", prefix_hashes=("h0", "h1", "h2", "h3"), prompt_tokens=8000,
+                          needed_kv_tokens=8100)  # fmt: skip
+    decision = p.choose(request, [view("a", free_kv_tokens=3000, evictable_kv_tokens=500), view("b", free_kv_tokens=9000)])
+    assert decision.ranked_replica_ids[0] == "a" and decision.rejected == {}
+    # without the cache belief (another session, other blocks) a is short: 3000 < 8100
+    other = RequestView("q2", prefix_hashes=("x0",), prompt_tokens=8000, needed_kv_tokens=8100)
+    assert p.choose(other, [view("a", free_kv_tokens=3000, evictable_kv_tokens=500)]).wait
+
+
+def _index_with_capacity_4(p):
+    p.choose(RequestView("probe"), [view("a", total_kv_tokens=4 * 512, free_kv_tokens=4 * 512)])  # sizes a's index
+
+
+def test_rule_a_served_request_leaves_its_blocks_most_recently_used():
+    p = pipeline()
+    _index_with_capacity_4(p)
+    p.on_placed(RequestView("long", prefix_hashes=("l0", "l1")), "a")
+    p.on_placed(RequestView("b", prefix_hashes=("b0", "b1")), "a")
+    p.on_completed("long")  # long ends after b was placed: its blocks are the newest in a's LRU
+    p.on_placed(RequestView("c", prefix_hashes=("c0", "c1")), "a")  # 6 blocks > 4: the 2 oldest go
+    assert p.prefix_index.depths(["l0", "l1"]) == {"a": 2}
+    assert p.prefix_index.depths(["b0", "b1"]) == {}
+
+
+def test_rule_a_withdrawn_request_or_a_relaunched_replica_is_not_touched():
+    p = pipeline()
+    _index_with_capacity_4(p)
+    p.on_placed(RequestView("long", prefix_hashes=("l0", "l1")), "a")
+    p.on_placed(RequestView("b", prefix_hashes=("b0", "b1")), "a")
+    p.on_completed("long", served=False)  # never reached a: insertion order stands
+    p.on_placed(RequestView("c", prefix_hashes=("c0", "c1")), "a")
+    assert p.prefix_index.depths(["l0", "l1"]) == {} and p.prefix_index.depths(["b0", "b1"]) == {"a": 2}
+    # placed before a relaunch, completed after it: the new server never cached its blocks
+    p.on_placed(RequestView("d", prefix_hashes=("d0",)), "a")
+    p.choose(RequestView("probe2"), [view("a", total_kv_tokens=4 * 512, free_kv_tokens=4 * 512, cache_generation=1)])
+    p.on_completed("d")
+    assert p.prefix_index.depths(["d0"]) == {}

@@ -148,7 +148,11 @@ def test_a_request_told_to_wait_releases_its_earlier_tentative_placement():
     assert [[r.replica_id.unique_id for r in group] for group in chosen] == [["a"]]
     assert router._tentative == {"q1": "a"} and router._policy.ledger.num_live() == 1
     # Ray could not route it (a's queue was full); now a cannot hold 4,100 tokens: the answer is wait,
-    # and the tentative placement on a is released rather than left to hold a's headroom.
+    # and the tentative placement on a is released rather than left to hold a's headroom; the policy is
+    # told the request was not served there (its blocks must not count as a's most recent).
+    completed, on_completed = [], router._policy.on_completed
+    router._policy.on_completed = lambda rid, served=True: (completed.append((rid, served)), on_completed(rid, served))
     assert asyncio.run(router.choose_replicas([replica("a", free_kv_tokens=1_000)], pending)) == []
     assert router._tentative == {} and router._policy.ledger.num_live() == 0
+    assert completed == [("q1", False)]
     assert pending.routing_context.should_backoff is True

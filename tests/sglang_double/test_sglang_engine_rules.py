@@ -151,6 +151,7 @@ def test_rule_load_snapshot_from_loads_and_gauges():
     snap = build_snapshot(LoadInputs(loads, gauges), plan, healthy=True, drafter_active=True, accept_ema=4.2)
     # L2 total 4000; L3 free 1700 + 150 = 1850; L4 N = 10, left = min(10 - 5, 4 + 3 + 1 = 8) = 5, k = 3
     assert (snap.total_kv_tokens, snap.free_kv_tokens, snap.num_running, snap.num_queued) == (4000, 1850, 5, 1)
+    assert snap.evictable_kv_tokens == 150  # L3b
     assert (snap.total_state_slots, snap.free_state_slots, snap.state_slots_per_request) == (30, 15, 3)
     assert (snap.accept_length_ema, snap.drafter_active, snap.draft_vram_gb) == (4.2, True, round(plan.draft_vram_gb, 4))
     bare = build_snapshot(LoadInputs({"loads": [{"num_running_reqs": 1, "num_used_tokens": 300,
@@ -158,6 +159,7 @@ def test_rule_load_snapshot_from_loads_and_gauges():
                           healthy=True, drafter_active=False, accept_ema=4.2)
     # no gauges: free = 1000 - 300; N from the plan (72): left = 71, free slots 71 * 3 = 213; EMA reported as 1.0
     assert (bare.free_kv_tokens, bare.free_state_slots, bare.accept_length_ema, bare.draft_vram_gb) == (700, 213, 1.0, 0.0)
+    assert bare.evictable_kv_tokens is None  # L3b: no gauge, not reported
     assert update_ema(1.0, 5.0, 0.25) == pytest.approx(2.0)  # 0.75 * 1 + 0.25 * 5
 
 

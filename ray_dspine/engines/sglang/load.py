@@ -11,6 +11,7 @@ Rules (sums over DP ranks; M = the gauges, L = /v1/loads, P = the capacity plan)
   L2 total_kv = L.max_total_num_tokens, else M.max_total_num_tokens, else P.free_kv_tokens.
   L3 free_kv  = M.kv_available_tokens + M.kv_evictable_tokens when exported, else total_kv - L.num_used_tokens;
                 clipped to [0, total_kv] (evictable prefix-cache tokens are reclaimable headroom).
+  L3b evictable_kv = M.kv_evictable_tokens clipped to [0, free_kv] when exported, else not reported (None).
   L4 k = P.state_slots_per_request (Mamba slots + per-draft snapshots one request takes, planner units);
      N = L.max_running_requests, else P.max_running_requests;
      left = N - running, and when Mamba gauges exist min(left, mamba_available + mamba_evictable)
@@ -83,6 +84,8 @@ def build_snapshot(
     else:
         free_kv = total_kv - (_sum(ranks, "num_used_tokens") or 0.0)
     free_kv = int(min(max(free_kv, 0), total_kv))
+    evictable_kv = gauges.get("sglang:kv_evictable_tokens")
+    evictable = None if evictable_kv is None else int(min(max(evictable_kv, 0), free_kv))
 
     per_request = plan.state_slots_per_request
     max_running = int(_sum(ranks, "max_running_requests") or plan.max_running_requests)
@@ -94,6 +97,7 @@ def build_snapshot(
         healthy=healthy,
         total_kv_tokens=total_kv,
         free_kv_tokens=free_kv,
+        evictable_kv_tokens=evictable,
         total_state_slots=max_running * per_request,
         free_state_slots=max(0, left) * per_request,
         state_slots_per_request=per_request,

@@ -21,7 +21,8 @@ Rules (times in simulated seconds; the caller advances time explicitly, the core
              prefix hit as the cache stands now) + of admitted, unprefilled ones, the running prefill
              counted for its unfinished share of the step; prefill_tokens_per_s = 1000 / per_token_ms;
              queued_kv_tokens = sum over queued requests of (uncached prompt + max_tokens), the KV
-             they will reserve on admission; decode_step_ms = the step model's duration of a decode
+             they will reserve on admission; evictable_kv_tokens = cached blocks no running request
+             pins (part of free_kv_tokens); decode_step_ms = the step model's duration of a decode
              step (verify step while the drafter is active) over the running and queued requests plus
              one more, with their current context, stretched by 1 / (1 - s): prefills pause decoding,
              s = time share of prefill steps, both sums decayed with time constant
@@ -306,6 +307,7 @@ class SimReplicaCore:
             healthy=True,
             total_kv_tokens=self.config.total_kv_tokens,
             free_kv_tokens=self._pools.free_kv_tokens(cached) + self._cache.evictable_tokens,
+            evictable_kv_tokens=self._cache.evictable_tokens,
             total_state_slots=self.config.num_state_slots,
             free_state_slots=self._pools.free_state_slots,
             state_slots_per_request=self.config.state_slots_per_request,

@@ -80,7 +80,7 @@ class CacheAwarePolicy:
         self.prefix_index.insert(request.prefix_hashes, replica_id)
         self.ledger.place(request, replica_id)
 
-    def on_completed(self, request_id: str) -> None:
+    def on_completed(self, request_id: str, served: bool = True) -> None:
         self.ledger.complete(request_id)
 
     def forget_replica(self, replica_id: str) -> None:

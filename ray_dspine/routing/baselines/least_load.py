@@ -30,7 +30,7 @@ class LeastLoadPolicy:
     def on_placed(self, request: RequestView, replica_id: str) -> None:
         self.ledger.place(request, replica_id)
 
-    def on_completed(self, request_id: str) -> None:
+    def on_completed(self, request_id: str, served: bool = True) -> None:
         self.ledger.complete(request_id)
 
     def forget_replica(self, replica_id: str) -> None:
