@@ -10,7 +10,9 @@ Rules (simulated seconds throughout):
   arrivals   a session's first turn arrives at its slice arrival; turn k at max(arrival_k, end of
              turn k-1) (the open-loop rule of the Ray replay).
   reports    replica k's load snapshot is taken every P = routing_stats_period_s / engine_time_scale,
-             the first at k * P / N (staggered); a router sees the latest with its age.
+             at k * P / N + i * P for i = -1, 0, 1, ... (staggered; the i = -1 report, of the idle
+             replica, is there before the first arrival, as the Ray replay waits for every replica to
+             report before it sends traffic); a router sees the latest with its age.
   backlog    settings.backlog_source: 'engine' reports the core's whole snapshot. 'replica' reports what
              an SGLang replica can: no queued_kv_tokens and no decode_step_ms (SGLang reports neither),
              and pending_prefill_tokens and the prefill rate from a PrefillBacklog per replica, fed by each
@@ -23,8 +25,8 @@ Rules (simulated seconds throughout):
              RETRY_S until placed.
   router     RouterConfig(policy, stale_after_s and assumed_stats_age_s in simulated seconds); its
              GPU-second defaults (ttft_tolerance_s, ttft_tolerance_cached_max_s, memory_wait_tolerance_s,
-             latency_slack_s) apply as they are, since the cores report simulated-second rates and the
-             clock is simulated.
+             latency_slack_s, ttft_indifference_s) apply as they are, since the cores report
+             simulated-second rates and the clock is simulated.
   figures    TTFT p50/p99 and end-to-end p99 over all requests (percentiles as numpy's linear rule),
              TTFT excess p99 over each request's floor, prefix-hit rate = hit / (hit + prefilled)
              tokens over the cores' counters, requests per replica, retractions.
@@ -132,6 +134,8 @@ class _Replay:
         self.policy: RoutingPolicy | None = None
         if policy != "pow2":
             self.policy = build_policy(config or virtual_router_config(settings, policy), clock=lambda: self.now)
+        # Rule `reports`: each replica reported once, a period before its first report in the replay.
+        self.reports = [(self.report(k), t - self.period) for k, t in enumerate(self.next_report)]
 
     def report(self, k: int) -> LoadSnapshot:
         """Replica k's load as the router is told it (rule `backlog`)."""

@@ -20,7 +20,8 @@ App rule: one pool `bench` of `num_replicas` simulated replicas sized by the cap
 `capacity` (the DSpine pool of clusters/sim.yaml), every reasoning level routed to it,
 max_ongoing_requests = the plan's running-request limit, and `RouterConfig(policy=p)` for the router
 p under test, its GPU-second defaults (ttft_tolerance_s, ttft_tolerance_cached_max_s,
-memory_wait_tolerance_s, latency_slack_s) times engine_time_scale; nothing else differs between routers.
+memory_wait_tolerance_s, latency_slack_s, ttft_indifference_s) times engine_time_scale; nothing else
+differs between routers.
 Complexity: O(n log n) for n trace requests; the floor O(total prompt characters).
 """
 
@@ -242,6 +243,7 @@ def gpu_seconds_in_wall_time(engine_time_scale: float) -> dict[str, float]:
         "ttft_tolerance_cached_max_s": defaults["ttft_tolerance_cached_max_s"].default * engine_time_scale,
         "memory_wait_tolerance_s": defaults["memory_wait_tolerance_s"].default * engine_time_scale,
         "latency_slack_s": defaults["latency_slack_s"].default * engine_time_scale,
+        "ttft_indifference_s": defaults["ttft_indifference_s"].default * engine_time_scale,
     }
 
 

@@ -57,6 +57,19 @@ class ScorerWeights(BaseModel):
     Ratios 4-6 and caps 8-12 s gave the same; an additive allowance (6 s + k x saved, k = 1-3) cut p99 by
     7-11% (hit rate -0.07 to +0.15 points). On the six slices: 11.4% at -0.28 points (11.8% at -0.35 without).
     The tau-bench replay does not change (its turns' cached prefixes are short).
+    The predicted-TTFT floor (`RouterConfig.ttft_indifference_s`, 1 s) replaced the score
+    (min + 0.5 s) / (est + 0.5 s): through Ray, the tau-bench replay left one of four replicas without
+    a single request in each of three replays, since every new session's shared system prompt (~1,500
+    tokens, 0.15 s of prefill) was cached elsewhere and that cost the idle replica a quarter of the
+    TTFT score, more than the queue score can make up. In virtual time with sessions starting at half
+    the bench's rate (`--session-rate 1`, engine seeds 0-2), two replicas stayed idle: TTFT p99 0.264 s,
+    end-to-end p99 3.52 s; with the floor all four serve: 0.210 s and 2.60 s (at the bench's rate
+    0.240 / 3.40 s before, 0.269 / 3.28 s after). On Mooncake slices 0-11 x engine seeds 0-2 the p99
+    cut against cache_aware stayed 11.3% and the hit rate went from 0.17 points under cache_aware's to
+    0.01 over (slices 12-17: 13.0 to 13.5%, -0.02 to +0.56 points). Floors of 0.5 / 0.75 / 1.5 s gave
+    10.9 / 11.7 / 10.7% at -0.10 / -0.04 / -0.09 points and the same tau-bench figures; a queue weight
+    of 2 instead spread the sessions too but cut Mooncake p99 by only 10.0%, and a 2 s slack left a
+    replica idle.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -160,7 +173,13 @@ class RouterConfig(BaseModel):
         description="Prefill rate (tokens/s) assumed for replicas that do not report one (predicted_ttft).",
     )
     latency_slack_s: float = Field(
-        default=0.5, gt=0.0, description="predicted_*: differences well under this many seconds barely count."
+        default=0.5, gt=0.0, description="predicted_decode: differences well under this many seconds barely count."
+    )
+    ttft_indifference_s: float = Field(
+        default=1.0,
+        gt=0.0,
+        description="predicted_ttft: estimates under this many seconds score alike, so a prefill of a fraction "
+        "of a second saved does not outweigh the load of a busier replica.",
     )
     typical_output_tokens: int = Field(
         default=256,

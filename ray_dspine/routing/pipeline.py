@@ -206,6 +206,7 @@ class RoutingPipeline:
                 sessions=self.sessions,
                 default_prefill_tokens_per_s=self._config.default_prefill_tokens_per_s,
                 latency_slack_s=self._config.latency_slack_s,
+                ttft_indifference_s=self._config.ttft_indifference_s,
                 typical_output_tokens=self._config.typical_output_tokens,
                 prefix_half_tokens=self._config.prefix_half_tokens,
             )

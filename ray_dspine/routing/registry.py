@@ -29,6 +29,7 @@ class ScorerContext:
     sessions: SessionTable
     default_prefill_tokens_per_s: float = 10_000.0
     latency_slack_s: float = 0.5
+    ttft_indifference_s: float = 1.0
     typical_output_tokens: int = 256
     prefix_half_tokens: float = 32_768.0
 
@@ -40,7 +41,7 @@ SCORERS: dict[str, Callable[[ScorerContext], Scorer]] = {
     "mamba_headroom": lambda ctx: MambaHeadroomScorer(),
     "queue": lambda ctx: QueueScorer(),
     "predicted_ttft": lambda ctx: PredictedTtftScorer(
-        ctx.prefix_index, ctx.default_prefill_tokens_per_s, ctx.latency_slack_s
+        ctx.prefix_index, ctx.default_prefill_tokens_per_s, ctx.ttft_indifference_s
     ),
     "predicted_decode": lambda ctx: PredictedDecodeScorer(ctx.typical_output_tokens, ctx.latency_slack_s),
 }

@@ -43,16 +43,16 @@ def test_rule_scored_ranking_default_weights():
         view("b", free_kv_tokens=9000, pending_prefill_tokens=8000, **rate),
     ]
     decision = p.choose(request, replicas)
-    # predicted TTFT: a holds both blocks, no backlog -> 0 s; b: (8000 + 2000) / 10000 = 1 s
-    #   scores (0 + 0.5) / (0 + 0.5) = 1 and (0 + 0.5) / (1 + 0.5) = 1/3
+    # predicted TTFT: a holds both blocks, no backlog -> 0 s; b: (8000 + 2000) / 10000 = 1 s;
+    #   both at or under the 1 s floor: scores 1 and 1
     # a: affinity 4*1 + prefix 4*2000/(2000+32768) (all 2,000 tokens saved) + kv 0.25*(6000-1000)/10000
     #    + mamba 0.1*1 (no pool) + queue 0.5*1/(1+1) + predicted 4*1 = 4 + 0.23010 + 0.125 + 0.1 + 0.25 + 4
-    # b: 0 + 0 + 0.25*(9000-1000)/10000 + 0.1 + 0.5*1/(1+0) + 4/3 = 2.13333
+    # b: 0 + 0 + 0.25*(9000-1000)/10000 + 0.1 + 0.5*1/(1+0) + 4*1 = 4.8
     assert decision.ranked_replica_ids == ("a", "b") and not decision.wait
     prefix_a = 2000 / 34768
-    assert decision.total_scores == pytest.approx({"a": 8.475 + 4 * prefix_a, "b": 0.2 + 0.1 + 0.5 + 4 / 3})
+    assert decision.total_scores == pytest.approx({"a": 8.475 + 4 * prefix_a, "b": 0.2 + 0.1 + 0.5 + 4.0})
     assert decision.scores["prefix_match"] == pytest.approx({"a": prefix_a, "b": 0.0})
-    assert decision.scores["predicted_ttft"] == pytest.approx({"a": 1.0, "b": 1 / 3})
+    assert decision.scores["predicted_ttft"] == pytest.approx({"a": 1.0, "b": 1.0})
 
 
 def test_rule_spill_when_the_sticky_replica_cannot_hold():

@@ -91,7 +91,7 @@ def test_rule_picker_tie_break_fewer_requests_then_replica_id():
 def test_rule_predicted_ttft_backlog_plus_uncached_over_rate():
     index = PrefixIndex()
     index.insert(("h0", "h1", "h2", "h3"), "a")  # a holds all 4 blocks of the prompt
-    scorer = PredictedTtftScorer(index, default_prefill_tokens_per_s=5000.0, slack_s=0.5)
+    scorer = PredictedTtftScorer(index, default_prefill_tokens_per_s=5000.0, indifference_s=0.5)
     request = RequestView("q", prefix_hashes=("h0", "h1", "h2", "h3"), prompt_tokens=8000)
     replicas = [
         view("a", pending_prefill_tokens=20_000, prefill_tokens_per_s=10_000.0),  # (20000 + 0) / 10000 = 2 s
@@ -99,8 +99,24 @@ def test_rule_predicted_ttft_backlog_plus_uncached_over_rate():
         view("c", pending_prefill_tokens=2_000),  # no rate reported: (2000 + 8000) / 5000 = 2 s
     ]
     assert scorer.estimates_s(request, replicas) == pytest.approx([2.0, 1.0, 2.0])
-    # score = (best + slack) / (est + slack) = 1.5 / 2.5 for a and c, 1 for b
-    assert scorer.score(request, replicas) == pytest.approx([0.6, 1.0, 0.6])
+    # all estimates above the 0.5 s floor: score = best / est = 1 / 2 for a and c, 1 for b
+    assert scorer.score(request, replicas) == pytest.approx([0.5, 1.0, 0.5])
+
+
+def test_rule_predicted_ttft_estimates_under_the_indifference_floor_score_alike():
+    index = PrefixIndex()
+    index.insert(("sys0", "sys1", "sys2"), "busy")  # the shared system prompt, cached on one replica
+    scorer = PredictedTtftScorer(index, default_prefill_tokens_per_s=10_000.0, indifference_s=1.0)
+    request = RequestView("q", prefix_hashes=("sys0", "sys1", "sys2"), prompt_tokens=1500)
+    rate = {"prefill_tokens_per_s": 10_000.0}
+    replicas = [
+        view("busy", **rate),  # 0 s: everything cached, nothing queued
+        view("idle", **rate),  # 1500 / 10000 = 0.15 s of prefill
+        view("backlog", pending_prefill_tokens=18_500, **rate),  # (18500 + 1500) / 10000 = 2 s
+    ]
+    assert scorer.estimates_s(request, replicas) == pytest.approx([0.0, 0.15, 2.0])
+    # floored at 1 s: 1, 1, 2 -> scores 1, 1 and 1 / 2; the idle replica loses nothing to the cached one
+    assert scorer.score(request, replicas) == pytest.approx([1.0, 1.0, 0.5])
 
 
 def test_rule_predicted_ttft_uncached_share_of_prompt():
@@ -109,11 +125,11 @@ def test_rule_predicted_ttft_uncached_share_of_prompt():
     assert uncached_tokens(RequestView("q", prompt_tokens=700), 0) == 700  # no blocks: the whole prompt
 
 
-def test_predicted_ttft_refuses_a_zero_rate_or_slack():
+def test_predicted_ttft_refuses_a_zero_rate_or_floor():
     with pytest.raises(ValueError):
-        PredictedTtftScorer(PrefixIndex(), default_prefill_tokens_per_s=0.0, slack_s=0.5)
+        PredictedTtftScorer(PrefixIndex(), default_prefill_tokens_per_s=0.0, indifference_s=0.5)
     with pytest.raises(ValueError):
-        PredictedTtftScorer(PrefixIndex(), default_prefill_tokens_per_s=1.0, slack_s=0.0)
+        PredictedTtftScorer(PrefixIndex(), default_prefill_tokens_per_s=1.0, indifference_s=0.0)
 
 
 def test_rule_predicted_decode_output_over_pool_acceptance_times_step():

@@ -78,10 +78,11 @@ def test_rule_app_differs_only_in_router_policy():
     # The DSpine/ReplaySSM H200 plan runs 72 requests at once; Ray sends each replica at most that many.
     assert deployment.num_replicas == 3 and deployment.max_ongoing_requests == 72
     assert request_router_config(apps["pow2"].pools[0].deployment) is None  # Ray's PowerOfTwoChoices
-    # GPU-second defaults in wall seconds at engine_time_scale 0.5: 6 s, 12 s and 0.5 s halved; the
+    # GPU-second defaults in wall seconds at engine_time_scale 0.5: 6 s, 12 s, 0.5 s and 1 s halved; the
     # per-cached ratio (seconds per second) is scale-free
     router = deployment.router
     assert (router.ttft_tolerance_s, router.ttft_tolerance_cached_max_s, router.latency_slack_s) == (3.0, 6.0, 0.25)
+    assert router.ttft_indifference_s == 0.5  # 1 GPU second
     assert router.ttft_tolerance_per_cached_s == 4.0
 
 

@@ -60,6 +60,18 @@ def test_rule_same_seeds_same_figures():
     assert runs[0] == runs[1]
 
 
+def test_rule_every_replica_has_reported_before_the_first_arrival():
+    settings = SETTINGS.model_copy(update={"num_replicas": 4})
+    replay = _Replay(settings, "headroom", 0, None)
+    # P = routing_stats_period_s / engine_time_scale; replica k reports at k * P / 4 + i * P, the
+    # i = -1 report already in hand at t = 0: ages P, 3P/4, P/2, P/4, each of an idle replica
+    period = settings.routing_stats_period_s / settings.engine_time_scale
+    views = replay.views()
+    assert [v.stats_age_s for v in views] == pytest.approx([period, 0.75 * period, 0.5 * period, 0.25 * period])
+    assert all(v.reported and v.load.free_kv_tokens == v.load.total_kv_tokens > 0 for v in views)
+    assert replay.next_report == pytest.approx([0.0, 0.25 * period, 0.5 * period, 0.75 * period])
+
+
 @pytest.mark.parametrize(
     ("source", "while_prefilling", "after_first_token"),
     [

@@ -3,16 +3,20 @@
     mu(r)          = prefill_tokens_per_s(r) when the replica reports it, else default_prefill_tokens_per_s
     uncached(q, r) = prompt_tokens(q) * (1 - depth(q, r) / n(q))      (n(q) = 0 -> prompt_tokens(q))
     est(q, r)      = (pending_prefill_tokens(r) + uncached(q, r)) / mu(r)      seconds
-    score(q, r)    = relative(est)(r) = (min_r' est(q, r') + slack_s) / (est(q, r) + slack_s)   in (0, 1]
+    score(q, r)    = max(min_r' est(q, r'), s) / max(est(q, r), s)       in (0, 1]; s = indifference_s
 
 `pending_prefill_tokens` is the replica's reported prefill backlog, drained at its rate for the age of
 the report, plus this router's placements since then (reservations.py). Prefill runs before decode
 (SGLang's default scheduler), so the backlog ahead of a request, not the number of requests, sets its
 TTFT: one 100k-token prompt delays the next request by seconds where a hundred short ones do not.
 `depth` is the leading-run match in the router-side `PrefixIndex`, so a prefix hit lowers the estimate
-by the prompt share it saves. `slack_s` keeps scores finite and makes sub-`slack_s` differences small;
-the best replica scores 1.
-Parameters: default_prefill_tokens_per_s > 0 (tokens/s); slack_s > 0 (s).
+by the prompt share it saves. The best replica scores 1; every replica whose estimate is under
+`indifference_s` scores as if it were `indifference_s`, so estimates that differ by a fraction of a
+second score alike. Without that floor, agents that share a system prompt all started their sessions
+on the replicas that cached it: an idle replica lacking the prompt's ~1,500 tokens (0.15 s of prefill)
+lost a quarter of this score (with the earlier (min + 0.5 s) / (est + 0.5 s)), more than any queue
+difference can win back, and stayed idle (measured in `routing/config.py`'s notes).
+Parameters: default_prefill_tokens_per_s > 0 (tokens/s); indifference_s > 0 (s).
 Complexity: O(n * R) prefix walk + O(R).
 """
 
@@ -21,7 +25,6 @@ from __future__ import annotations
 from typing import Sequence
 
 from ray_dspine.routing.prefix_index import PrefixIndex, uncached_share
-from ray_dspine.routing.scorers.base import relative
 from ray_dspine.routing.types import ReplicaView, RequestView
 
 
@@ -50,15 +53,17 @@ def predicted_ttft_s(
 class PredictedTtftScorer:
     name = "predicted_ttft"
 
-    def __init__(self, index: PrefixIndex, default_prefill_tokens_per_s: float, slack_s: float):
-        if default_prefill_tokens_per_s <= 0.0 or slack_s <= 0.0:
-            raise ValueError("default_prefill_tokens_per_s and slack_s must be > 0")
+    def __init__(self, index: PrefixIndex, default_prefill_tokens_per_s: float, indifference_s: float):
+        if default_prefill_tokens_per_s <= 0.0 or indifference_s <= 0.0:
+            raise ValueError("default_prefill_tokens_per_s and indifference_s must be > 0")
         self._index = index
         self._default_rate = default_prefill_tokens_per_s
-        self._slack_s = slack_s
+        self._indifference_s = indifference_s
 
     def estimates_s(self, request: RequestView, replicas: Sequence[ReplicaView]) -> list[float]:
         return predicted_ttft_s(self._index, self._default_rate, request, replicas)
 
     def score(self, request: RequestView, replicas: Sequence[ReplicaView]) -> list[float]:
-        return relative(self.estimates_s(request, replicas), self._slack_s)
+        floored = [max(est, self._indifference_s) for est in self.estimates_s(request, replicas)]
+        best = min(floored, default=self._indifference_s)
+        return [best / est for est in floored]
