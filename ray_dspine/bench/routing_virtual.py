@@ -52,7 +52,7 @@ from ..engines.simulated.request import SimRequest
 from ..pools import apply_plan, plan_pool
 from ..routing.config import RouterConfig
 from ..routing.policies import RoutingPolicy, build_policy
-from ..routing.types import UNREPORTED_AGE_S, ReplicaView, RequestView
+from ..routing.types import ReplicaView, RequestView
 from .client import ClientSettings
 from .routing_workload import BENCH_MODEL, RoutingBenchSettings, bench_app_config, ingress_view
 from .traces.model import TraceRequest
@@ -124,7 +124,6 @@ class _Replay:
         self.now = 0.0
         self.period = settings.routing_stats_period_s / settings.engine_time_scale
         self.next_report = [k * self.period / self.n for k in range(self.n)]
-        self.reports: list[tuple[LoadSnapshot, float] | None] = [None] * self.n
         self.in_flight = [0] * self.n
         self.placed_on: dict[int, int] = {}
         self.rng = random.Random(engine_seed)
@@ -135,7 +134,9 @@ class _Replay:
         if policy != "pow2":
             self.policy = build_policy(config or virtual_router_config(settings, policy), clock=lambda: self.now)
         # Rule `reports`: each replica reported once, a period before its first report in the replay.
-        self.reports = [(self.report(k), t - self.period) for k, t in enumerate(self.next_report)]
+        self.reports: list[tuple[LoadSnapshot, float]] = [
+            (self.report(k), t - self.period) for k, t in enumerate(self.next_report)
+        ]
 
     def report(self, k: int) -> LoadSnapshot:
         """Replica k's load as the router is told it (rule `backlog`)."""
@@ -155,13 +156,7 @@ class _Replay:
         )
 
     def views(self) -> list[ReplicaView]:
-        out = []
-        for rid, report in zip(self.ids, self.reports):
-            if report is None:
-                out.append(ReplicaView(rid, LoadSnapshot(), UNREPORTED_AGE_S))
-            else:
-                out.append(ReplicaView(rid, report[0], self.now - report[1]))
-        return out
+        return [ReplicaView(rid, load, self.now - taken_s) for rid, (load, taken_s) in zip(self.ids, self.reports)]
 
     def place(self, turn: _Turn) -> bool:
         request = RequestView(

@@ -43,7 +43,7 @@ from ray_dspine.routing.prefix_index import PrefixIndex
 from ray_dspine.routing.registry import ScorerContext, build_scorers
 from ray_dspine.routing.reservations import ReservationLedger
 from ray_dspine.routing.scorers.base import Scorer
-from ray_dspine.routing.scorers.predicted_ttft import uncached_tokens
+from ray_dspine.routing.scorers.predicted_ttft import cached_tokens, uncached_tokens
 from ray_dspine.routing.session_table import SessionTable
 from ray_dspine.routing.ttft_guard import TtftGuard
 from ray_dspine.routing.types import Decision, ReplicaView, RequestView
@@ -159,7 +159,7 @@ class RoutingPipeline:
         if not request.prefix_hashes:
             return {}
         depths = self.prefix_index.depths(request.prefix_hashes)
-        return {rid: request.prompt_tokens - uncached_tokens(request, depth) for rid, depth in depths.items()}
+        return {rid: cached_tokens(request, depth) for rid, depth in depths.items()}
 
     def _size_prefix_index(self, replicas: Sequence[ReplicaView]) -> None:
         for view in replicas:

@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ray_dspine.routing.prefix_index import PrefixIndex
-from ray_dspine.routing.scorers.predicted_ttft import prefill_rate, predicted_ttft_s, uncached_tokens
+from ray_dspine.routing.scorers.predicted_ttft import cached_tokens, prefill_rate, predicted_ttft_s
 from ray_dspine.routing.types import ReplicaView, RequestView
 
 
@@ -70,7 +70,7 @@ class TtftGuard:
         depths = self._index.depths(request.prefix_hashes) if request.prefix_hashes else {}
         out = []
         for view in replicas:
-            cached = request.prompt_tokens - uncached_tokens(request, depths.get(view.replica_id, 0))
+            cached = cached_tokens(request, depths.get(view.replica_id, 0))
             saved_s = cached / prefill_rate(view, self._default_rate)
             out.append(max(self._tolerance_s, min(self._cached_max_s, self._per_cached * saved_s)))
         return out

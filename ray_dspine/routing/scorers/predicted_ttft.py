@@ -33,6 +33,11 @@ def uncached_tokens(request: RequestView, depth: int) -> int:
     return uncached_share(request.prompt_tokens, len(request.prefix_hashes), depth)
 
 
+def cached_tokens(request: RequestView, depth: int) -> int:
+    """Prompt tokens a `depth`-block prefix match covers (the rest of `uncached_tokens`)."""
+    return request.prompt_tokens - uncached_tokens(request, depth)
+
+
 def prefill_rate(view: ReplicaView, default_tokens_per_s: float) -> float:
     rate = view.load.prefill_tokens_per_s
     return rate if rate > 0.0 else default_tokens_per_s
