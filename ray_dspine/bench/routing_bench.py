@@ -17,7 +17,9 @@ the paired goals (paired.py) give each goal's 95% interval over those pairs and 
 clear it, miss it or cannot tell. `--virtual` skips Ray and the wall clock altogether
 (routing_virtual.py), and `--slices` adds further session samples of the trace to pair over; with
 `--sweep-tolerance` it replays ours once per TTFT-guard tolerance (routing_frontier.py) and `--plot`
-draws the trade, otherwise `--plot` draws the paired goals (paired_plot.py).
+draws the trade; with `--sweep-load` it replays every router at several multiples of the offered load
+(routing_load_sweep.py) and `--plot` draws p99 TTFT and hits against load; otherwise `--plot` draws
+the paired goals (paired_plot.py).
 Bad flags and an empty or missing slice are reported as `error: argument --flag: ...`, exit status 2,
 before Ray starts.
 """
@@ -127,9 +129,15 @@ def register(subparsers) -> None:
         "against the baselines; prints the p99 TTFT / prefix-hit trade",
     )  # fmt: skip
     parser.add_argument(
+        "--sweep-load", default=None, metavar="LIST",
+        help="--virtual: replay every router at each of these multiples of the offered load (arrivals m times as "
+        "dense), e.g. 0.8,1,1.25; prints p99 TTFT, prefix hits and the paired goals by load",
+    )  # fmt: skip
+    parser.add_argument(
         "--plot", default=None,
-        help="also draw a PNG: with --sweep-tolerance the p99 TTFT / prefix-hit trade, otherwise the paired goals "
-        "(each pair's p99 cut and hit difference, their mean and 95%% interval, the target)",
+        help="also draw a PNG: with --sweep-tolerance the p99 TTFT / prefix-hit trade, with --sweep-load p99 TTFT "
+        "and prefix hits against offered load, otherwise the paired goals (each pair's p99 cut and hit "
+        "difference, their mean and 95%% interval, the target)",
     )  # fmt: skip
     parser.add_argument("--out", default=None, help="also write the JSON to this file")
     parser.add_argument("--json", action="store_true", help="print JSON only (progress still goes to stderr)")
@@ -304,10 +312,15 @@ def routing_main(args) -> int:
         raise CliError("argument --slices: several slices are replayed in virtual time; add --virtual")
     if args.slices is not None and args.sweep_tolerance is not None:
         raise CliError("argument --slices: a tolerance sweep replays one slice; choose it with --seed")
+    if args.sweep_load is not None and not args.virtual:
+        raise CliError("argument --sweep-load: sweeps run in virtual time; add --virtual")
+    if args.sweep_load is not None and args.sweep_tolerance is not None:
+        raise CliError("argument --sweep-load: sweep one thing at a time; drop --sweep-tolerance")
     paired_baselines = {"pow2", "cache_aware"} & set(settings.routers)
-    if args.plot is not None and args.sweep_tolerance is None and (OURS not in settings.routers or not paired_baselines):
+    sweeping = args.sweep_tolerance is not None or args.sweep_load is not None
+    if args.plot is not None and not sweeping and (OURS not in settings.routers or not paired_baselines):
         raise CliError(
-            "argument --plot: without --sweep-tolerance it draws the paired goals, which need headroom and "
+            "argument --plot: without a sweep it draws the paired goals, which need headroom and "
             "pow2 or cache_aware in --routers"
         )
     for flag, path in (("--out", args.out), ("--plot", args.plot)):
@@ -355,12 +368,17 @@ def parse_seeds(text: str, flag: str = "--engine-seeds") -> list[int]:
 
 def virtual_main(args, settings: RoutingBenchSettings) -> int:
     from .routing_frontier import format_sweep_table, parse_tolerances, run_tolerance_sweep
+    from .routing_load_sweep import format_load_table, parse_loads, run_load_sweep
     from .routing_virtual_report import format_virtual_table, run_virtual_bench
 
     seeds = parse_seeds(args.engine_seeds)
     slice_seeds = parse_seeds(args.slices, "--slices") if args.slices is not None else [settings.seed]
     tolerances = parse_tolerances(args.sweep_tolerance) if args.sweep_tolerance is not None else None
-    if tolerances is None:
+    loads = parse_loads(args.sweep_load) if args.sweep_load is not None else None
+    if loads is not None:
+        result = run_load_sweep(settings, slice_seeds, seeds, loads, load_bench_slice, progress)
+        table = format_load_table
+    elif tolerances is None:
         slices = []
         for seed in slice_seeds:
             these = settings.model_copy(update={"seed": seed})
@@ -376,7 +394,12 @@ def virtual_main(args, settings: RoutingBenchSettings) -> int:
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:
             f.write(text + "\n")
-    if args.plot and tolerances is not None:
+    if args.plot and loads is not None:
+        from .routing_load_plot import plot_load_sweep
+
+        plot_load_sweep(result, Path(args.plot))
+        progress(f"wrote {args.plot}")
+    elif args.plot and tolerances is not None:
         from .routing_frontier_plot import plot_tolerance_sweep
 
         plot_tolerance_sweep(result, Path(args.plot))

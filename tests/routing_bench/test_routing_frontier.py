@@ -1,17 +1,14 @@
 """`bench routing --virtual --sweep-tolerance`: one test per rule of routing_frontier.py, the plot, the CLI."""
 
-import argparse
 import json
 
 import pytest
 
 from ray_dspine.bench import routing_frontier, routing_virtual_report
-from ray_dspine.bench.routing_bench import register
 from ray_dspine.bench.routing_frontier import format_sweep_table, on_frontier, parse_tolerances, run_tolerance_sweep
 from ray_dspine.bench.routing_frontier_plot import draw_tolerance_sweep
 from ray_dspine.bench.routing_virtual import replay_virtual
 from ray_dspine.bench.routing_workload import RoutingBenchSettings
-from ray_dspine.bench.traces.loader import NAMED_TRACES, default_traces_dir
 from ray_dspine.bench.traces.model import TraceMessage, TraceRequest
 from ray_dspine.cli_errors import CliError
 
@@ -158,34 +155,25 @@ def test_plot_draws_a_baseline_inside_the_axes_as_a_marker():
 # --- CLI ---
 
 
-def run_cli(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser()
-    register(parser.add_subparsers())
-    args = parser.parse_args(["routing", *argv])
-    return args.func(args)
-
-
 @pytest.mark.parametrize(
     ("argv", "message"),
     [(["--sweep-tolerance", "0,6"], "error: argument --sweep-tolerance: sweeps run in virtual time; add --virtual"),
      (["--virtual", "--routers", "headroom", "--plot", "x.png"],
-      "error: argument --plot: without --sweep-tolerance it draws the paired goals, which need headroom and pow2"),
+      "error: argument --plot: without a sweep it draws the paired goals, which need headroom and pow2"),
      (["--virtual", "--sweep-tolerance", "0", "--plot", "/nonexistent-folder/x.png"],
       "error: argument --plot: folder '/nonexistent-folder' does not exist"),
      (["--virtual", "--sweep-tolerance", "0,-2"], "error: argument --sweep-tolerance: '-2' is not a tolerance")],
 )  # fmt: skip
-def test_cli_bad_sweep_flags_are_named(capsys, argv, message):
-    assert run_cli(argv) == 2
+def test_cli_bad_sweep_flags_are_named(routing_cli, capsys, argv, message):
+    assert routing_cli(argv) == 2
     assert capsys.readouterr().err.startswith(message)
 
 
-def test_cli_sweep_prints_json_and_draws_the_png(capsys, tmp_path):
-    if not (default_traces_dir() / NAMED_TRACES["mooncake"]).is_file():
-        pytest.skip("the Mooncake trace is not present")
+def test_cli_sweep_prints_json_and_draws_the_png(routing_cli, mooncake_trace, capsys, tmp_path):
     png = tmp_path / "sweep.png"
     argv = ["--virtual", "--window-s", "120", "--session-fraction", "0.05", "--engine-seeds", "0",
             "--sweep-tolerance", "0,none", "--plot", str(png), "--json"]  # fmt: skip
-    assert run_cli(argv) == 0
+    assert routing_cli(argv) == 0
     out = capsys.readouterr()
     result = json.loads(out.out)
     assert result["sweep"] == "ttft_tolerance_s" and list(result["baselines"]) == ["pow2", "cache_aware"]
