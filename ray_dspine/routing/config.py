@@ -207,9 +207,9 @@ class RouterConfig(BaseModel):
     memory_wait_tolerance_s: float | None = Field(
         default=2.0,
         ge=0.0,
-        description="headroom: when the replica chosen among those that can hold the request now has more "
-        "than this many seconds of prefill queued beyond a replica that is only short of memory, the "
-        "request waits for memory there instead (memory_wait.py); None places it at once.",
+        description="headroom: when the replica chosen among those that can hold the request now would start "
+        "it more than this many seconds later than a replica that is only short of memory, and has more "
+        "prefill queued, the request waits for memory there instead (memory_wait.py); None places it at once.",
     )
     assumed_stats_age_s: float = Field(
         default=1.0,

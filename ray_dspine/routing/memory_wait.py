@@ -1,4 +1,4 @@
-"""Memory wait: do not queue a request behind a long backlog where it fits when a replica short of memory has a short one.
+"""Memory wait: wait for a replica short of memory when it would start the request far sooner than one that fits.
 
 The capacity filters keep only replicas that can hold the request's KV tokens and state slots now. When
 the pool runs out of KV, that is often a single replica that has just freed memory, and it may hold a
@@ -10,28 +10,41 @@ seconds), while a replica with a short backlog frees memory within a few decode 
     short        = eligible minus the replicas the filters kept (those short of memory now)
     backlog(r)   = pending_prefill_tokens(r) / rate(r)          seconds of prefill queued ahead
                    (ledger-adjusted loads; rate as in scorers/predicted_ttft.py)
+    est(q, r)    = backlog(r) + uncached(q, r) / rate(r)        the predicted-TTFT estimate: q's own
+                   prefill counts, so a replica that caches q's prefix saves it
+    r*           = the replica of `short` with the lowest est(q, r) (then replica_id)
     allow(q, c)  = max(tolerance_s, min(cached_max_s, per_cached * saved(q, c)))
                    (the TTFT guard's allowance, ttft_guard.py, with this rule's own tolerance_s:
                    a replica whose cache saves a long prefill may hold a longer backlog)
-    hold(q, c)   = backlog(c) > min_{r in short} backlog(r) + allow(q, c)
+    hold(q, c)   = est(q, c) > est(q, r*) + allow(q, c)  and  backlog(c) > backlog(r*)
                    for the replica c the pipeline chose among the kept ones (no hold when short is
                    empty: a faster replica that fits now is the TTFT guard's business, not this rule's)
 
-The rule compares backlogs, not whole TTFT estimates: a replica short of memory that caches the
-request's prefix would also start it sooner, but waiting for it could last as long as its memory
-stays full. Backlogs drain: with no new placements on c, backlog(c) falls by one second per second
-while the shortest stays >= 0, so a held request waits at most backlog(c) - allow(q, c) and is placed
-earlier if the faster replica frees memory. `tolerance_s` stands for the seconds a replica short of
-memory needs to free it (decode steps finishing requests), which the backlogs do not show.
-Measured (SIMULATED, `bench routing --virtual`, ours against cache_aware, mean of per-replay p99 cuts
-and hit differences, engine seeds 0-2): over Mooncake slices 0-11 the rule off / on (2 s) cut p99 by
-8.2 / 11.3% at -0.32 / -0.15 points of hit rate, and the worst replay went from 49.7% slower than
-cache_aware to 2.0%; on slices 12-17 (a held-out check), 1.3 / 11.1% at -0.90 / -0.13 points, worst
-56.2% / 1.3% slower. The bench slice (slice 0) never has a replica short of memory, so the rule does
-not fire there.
+The second condition bounds the wait. A replica short of memory may stay full for as long as its
+running requests last, which no report shows; so a request waits only while the chosen replica still
+has more backlog to drain than r*. With no new placements on c, backlog(c) falls by one second per
+second while backlog(r*) stays >= 0, so a held request waits at most backlog(c) and is placed earlier
+if r* frees memory. When both backlogs are empty the request is placed at once, even if r* caches its
+whole prompt. `tolerance_s` stands for the seconds a replica short of memory needs to free it (decode
+steps finishing requests), which the backlogs do not show.
+Why est and not the backlogs alone (an earlier version compared backlogs): at 1.25x the bench's load,
+a 40,907-token turn whose prefix (40,448 tokens) filled the KV of its conversation's replica, with no
+prefill queued there, went to a replica with 2 s of backlog and prefilled all of it again, 4 s of work
+its home would have saved within a few decode steps.
+Measured (SIMULATED, `bench routing --virtual`, ours against cache_aware: mean of per-replay p99 cuts
+and hit differences, engine seeds 0-2):
+- no rule / backlogs alone (2 s): slices 0-11 8.2 / 11.3% at -0.32 / -0.15 points, the worst replay
+  from 49.7% slower than cache_aware to 2.0%; slices 12-17 (held out) 1.3 / 11.1% at -0.90 / -0.13
+  points, worst 56.2% / 1.3% slower.
+- backlogs alone / est with the bound (later code): slices 0-11 11.3 / 11.7% at +0.01 / +0.19 points;
+  slices 12-17 13.5 / 13.4% at +0.56 / +0.78; slices 0-11 at 1.25x the load (`--sweep-load 1.25`)
+  9.2 / 8.5% at +0.34 / +0.51, at 1.5x 6.7 / 7.3% at +1.19 / +1.43; the worst replays alike (-0.7,
+  -1.3, -3.4%), and at 1.5x -27.0 / -21.7%.
+- est without the bound: +0.17 points on slices 0-11, but the worst replay fell from -0.7% to -7.1%.
+The bench slice (slice 0) never has a replica short of memory, so the rule does not fire there.
 Parameters: tolerance_s >= 0 (s); per_cached >= 0 (s per s) and cached_max_s >= 0 (s), as the guard's;
 drop_after_s > 0 (s); default_prefill_tokens_per_s > 0 (tokens/s).
-Complexity: O(R) plus one prefix walk for the chosen replica's allowance.
+Complexity: O(n * R) (one prefix walk for the estimates).
 """
 
 from __future__ import annotations
@@ -40,7 +53,7 @@ from typing import Sequence
 
 from ray_dspine.routing.filters import check_fresh, fits_when_empty
 from ray_dspine.routing.prefix_index import PrefixIndex
-from ray_dspine.routing.scorers.predicted_ttft import prefill_rate
+from ray_dspine.routing.scorers.predicted_ttft import predicted_ttft_s, prefill_rate
 from ray_dspine.routing.ttft_guard import TtftGuard
 from ray_dspine.routing.types import ReplicaView, RequestView
 
@@ -71,6 +84,7 @@ class MemoryWait:
             raise ValueError(f"drop_after_s must be > 0, got {drop_after_s}")
         # The guard checks tolerance_s, per_cached, cached_max_s and the default rate.
         self._allowance = TtftGuard(index, default_prefill_tokens_per_s, tolerance_s, per_cached, cached_max_s)
+        self._index = index
         self._default_rate = default_prefill_tokens_per_s
         self._drop_after_s = drop_after_s
 
@@ -82,14 +96,17 @@ class MemoryWait:
         short = [v for v in eligible(request, replicas, self._drop_after_s) if v.replica_id not in kept_ids]
         if not short:
             return None
-        chosen_s = self._backlog_s(chosen)
-        best_s, best_id = min((self._backlog_s(v), v.replica_id) for v in short)
+        estimates = predicted_ttft_s(self._index, self._default_rate, request, [chosen, *short])
+        chosen_est, short_est = estimates[0], estimates[1:]
+        best_est, best_id, best = min(zip(short_est, (v.replica_id for v in short), short), key=lambda t: t[:2])
         allow_s = self._allowance.allowances_s(request, [chosen])[0]
-        if chosen_s <= best_s + allow_s:
+        chosen_backlog, best_backlog = self._backlog_s(chosen), self._backlog_s(best)
+        if chosen_est <= best_est + allow_s or chosen_backlog <= best_backlog:
             return None
         return (
-            f"waiting for memory on {best_id}: {best_s:.2f}s of prefill queued there against "
-            f"{chosen_s:.2f}s on {chosen.replica_id}, which can hold it now (allowed {allow_s:.2f}s)"
+            f"waiting for memory on {best_id}: predicted TTFT {best_est:.2f}s there ({best_backlog:.2f}s of "
+            f"prefill queued) against {chosen_est:.2f}s on {chosen.replica_id} ({chosen_backlog:.2f}s queued), "
+            f"which can hold it now (allowed {allow_s:.2f}s)"
         )
 
     def _backlog_s(self, view: ReplicaView) -> float:

@@ -13,7 +13,7 @@
     near     = ttft_guard.keep(q, kept) when ttft_tolerance_s is set, else kept     (ttft_guard.py)
     ranking  = picker.rank(near, sum_s w_s * score_s)        (scorers/*, picker.py), then unreported
     if memory_wait_tolerance_s is set and memory_wait.hold(q, ranking[0], kept, views):
-                 wait (a replica short of memory has a far shorter prefill backlog; memory_wait.py)
+                 wait (a replica short of memory would start q far sooner; memory_wait.py)
 
 The filters' cached(q, r) is the prompt less uncached_tokens(q, depth(q, r)) of the prefix index (the
 TTFT scorer's estimate): a replica that caches most of a long prompt needs KV only for the rest.

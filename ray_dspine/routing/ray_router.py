@@ -147,7 +147,7 @@ class DSpineRequestRouter(RequestRouter):
 
 class HeadroomRequestRouter(DSpineRequestRouter):
     """Filters by KV/state headroom, scores affinity + headroom + queue; waits when nothing fits, or when a
-    replica short of memory has a far shorter prefill backlog than the one chosen (memory_wait.py)."""
+    replica short of memory would start the request far sooner than the one chosen (memory_wait.py)."""
 
     fixed_policy = "headroom"
 

@@ -47,16 +47,16 @@ def hold(rule, q, chosen, kept, replicas):
     return rule.hold(q, by_id[chosen], [by_id[k] for k in kept], replicas)
 
 
-def test_rule_hold_when_the_chosen_replica_has_more_than_the_tolerance_of_extra_backlog():
+def test_rule_hold_when_the_chosen_replica_would_start_it_more_than_the_tolerance_later():
     rule = MemoryWait(PrefixIndex(), RATE, tolerance_s=4.0, drop_after_s=60.0)
-    q = request()
-    # backlogs: fits 90,000 / 10,000 = 9.0 s; full 20,000 / 10,000 = 2.0 s; 9 > 2 + 4
+    q = request()  # 10,000 tokens, nothing cached: 1.0 s of its own prefill on either replica
+    # est: fits 90,000 / 10,000 + 1 = 10.0 s; full 20,000 / 10,000 + 1 = 3.0 s; 10 > 3 + 4, and 9 > 2 s queued
     replicas = [view("fits", backlog_tokens=90_000), view("full", backlog_tokens=20_000, free_kv_tokens=0)]
     assert hold(rule, q, "fits", ["fits"], replicas) == (
-        "waiting for memory on full: 2.00s of prefill queued there against 9.00s on fits, "
-        "which can hold it now (allowed 4.00s)"
+        "waiting for memory on full: predicted TTFT 3.00s there (2.00s of prefill queued) against 10.00s on "
+        "fits (9.00s queued), which can hold it now (allowed 4.00s)"
     )
-    # 6.0 s on the chosen replica is exactly 2 + 4: placed (the rule holds only beyond the tolerance)
+    # 7.0 s on the chosen replica is exactly 3 + 4: placed (the rule holds only beyond the tolerance)
     assert hold(rule, q, "fits", ["fits"], [view("fits", backlog_tokens=60_000), replicas[1]]) is None
 
 
@@ -67,18 +67,47 @@ def test_rule_only_replicas_short_of_memory_are_waited_for():
     replicas = [view("slow", backlog_tokens=90_000), view("fast")]
     assert hold(rule, q, "slow", ["slow", "fast"], replicas) is None
     # the same "fast" short of memory: the request waits for it
-    assert hold(rule, q, "slow", ["slow"], replicas).startswith("waiting for memory on fast: 0.00s")
+    assert hold(rule, q, "slow", ["slow"], replicas).startswith("waiting for memory on fast: predicted TTFT 1.00s")
 
 
-def test_rule_backlogs_not_cache_hits_decide():
-    # "home" caches the whole prompt but is full; "fits" has nothing cached. Both backlogs are empty, so
-    # the request is placed on "fits" (it prefills 4 s there) rather than waiting for home's memory,
-    # which could stay full for as long as home's running requests last.
+def rule_where_home_caches_all_of_a_40k_prompt() -> tuple[MemoryWait, RequestView]:
+    """A 2 s rule whose index has all four of the request's blocks on "home"; the request is 40,000 tokens
+    (4.0 s of prefill wherever it is not cached, 0 s on home)."""
     index = PrefixIndex()
     index.insert(["h0", "h1", "h2", "h3"], "home")
-    rule = MemoryWait(index, RATE, tolerance_s=2.0, drop_after_s=60.0)
-    q = request(prompt_tokens=40_000)
+    return MemoryWait(index, RATE, tolerance_s=2.0, drop_after_s=60.0), request(prompt_tokens=40_000)
+
+
+def test_rule_r_star_is_the_short_replica_with_the_lowest_estimate():
+    # "near" has less queued (1.0 s) but nothing cached: est 1 + 4 = 5 s; "home" has 2.0 s queued and
+    # caches the whole 40,000-token prompt: est 2 s. r* = home; fits: 30,000 queued + 40,000 = 7 s > 2 + 2
+    rule, q = rule_where_home_caches_all_of_a_40k_prompt()
+    replicas = [view("fits", backlog_tokens=30_000), view("near", backlog_tokens=10_000, free_kv_tokens=0),
+                view("home", backlog_tokens=20_000, free_kv_tokens=0)]  # fmt: skip
+    assert hold(rule, q, "fits", ["fits"], replicas).startswith("waiting for memory on home: predicted TTFT 2.00s")
+
+
+def test_rule_the_requests_own_prefill_counts():
+    # "home" caches the whole 40,000-token prompt and is full with nothing queued: est 0 s. "fits" has 2 s
+    # queued and nothing cached: est 2 + 4 = 6 s > 0 + 2, and 2 s > 0 s queued: the request waits for home
+    # (comparing backlogs alone, 2 <= 0 + 2 would have placed it on fits to prefill all 40,000 tokens).
+    rule, q = rule_where_home_caches_all_of_a_40k_prompt()
+    replicas = [view("fits", backlog_tokens=20_000), view("home", free_kv_tokens=0)]
+    assert hold(rule, q, "fits", ["fits"], replicas) == (
+        "waiting for memory on home: predicted TTFT 0.00s there (0.00s of prefill queued) against 6.00s on "
+        "fits (2.00s queued), which can hold it now (allowed 2.00s)"
+    )
+
+
+def test_rule_no_hold_once_the_chosen_backlog_is_no_longer_than_the_short_replicas():
+    # The bound: with both backlogs empty the request is placed on "fits" (it prefills 4 s there) rather
+    # than waiting for home's memory, which could stay full for as long as home's running requests last,
+    # although home caches the whole prompt (est 0 s against 4 s).
+    rule, q = rule_where_home_caches_all_of_a_40k_prompt()
     assert hold(rule, q, "fits", ["fits"], [view("fits"), view("home", free_kv_tokens=0)]) is None
+    # home 3 s queued (est 3 s), fits 2 s queued (est 6 s): 6 > 3 + 2, but 2 <= 3 s queued: placed
+    replicas = [view("fits", backlog_tokens=20_000), view("home", backlog_tokens=30_000, free_kv_tokens=0)]
+    assert hold(rule, q, "fits", ["fits"], replicas) is None
 
 
 def test_rule_a_long_cached_prefix_on_the_chosen_replica_widens_the_allowance():
@@ -86,22 +115,23 @@ def test_rule_a_long_cached_prefix_on_the_chosen_replica_widens_the_allowance():
     index.insert(["h0", "h1", "h2"], "home")
     # 40,000-token prompt, 3 of 4 blocks cached on home: saved 30,000 tokens = 3.0 s of prefill there
     q = request(prompt_tokens=40_000)
-    # backlogs: home 100,000 / 10,000 = 10.0 s; other 0 s, but full
+    # est: home 100,000 / 10,000 + 10,000 / 10,000 = 11.0 s; other 0 + 40,000 / 10,000 = 4.0 s, but full
     replicas = [view("home", backlog_tokens=100_000), view("other", free_kv_tokens=0)]
     plain = MemoryWait(index, RATE, tolerance_s=4.0, drop_after_s=60.0)
-    assert hold(plain, q, "home", ["home"], replicas) is not None  # 10 > 0 + 4
-    # allow(home) = max(4, min(12, 4 * 3.0)) = 12 s: 10 <= 0 + 12, placed at home
+    assert hold(plain, q, "home", ["home"], replicas) is not None  # 11 > 4 + 4
+    # allow(home) = max(4, min(12, 4 * 3.0)) = 12 s: 11 <= 4 + 12, placed at home
     widened = MemoryWait(index, RATE, tolerance_s=4.0, drop_after_s=60.0, per_cached=4.0, cached_max_s=12.0)
     assert hold(widened, q, "home", ["home"], replicas) is None
-    # the cap: allow = max(4, min(5, 12)) = 5 s: 10 > 0 + 5, held
+    # the cap: allow = max(4, min(5, 12)) = 5 s: 11 > 4 + 5, held
     capped = MemoryWait(index, RATE, tolerance_s=4.0, drop_after_s=60.0, per_cached=4.0, cached_max_s=5.0)
     assert "allowed 5.00s" in hold(capped, q, "home", ["home"], replicas)
 
 
 def test_rule_the_wait_ends_once_the_chosen_backlog_drains_to_the_tolerance():
     # In the pipeline the ledger drains a report's backlog at its rate while it ages: 100,000 tokens
-    # reported on "fits" are 40,000 (4.0 s) after 6 s and 20,000 (2.0 s) after 8 s; "full" has none, and
-    # the default tolerance is 2 s: held at 10 s and 4 s of backlog, placed at 2.0 <= 0 + 2.
+    # reported on "fits" are 40,000 (4.0 s) after 6 s and 20,000 (2.0 s) after 8 s; "full" has none, the
+    # request's own 10,000 tokens are 1 s on either, and the default tolerance is 2 s: held at est 11 s
+    # and 5 s, placed at 3.0 <= 1 + 2.
     p = RoutingPipeline(RouterConfig(), clock=lambda: 100.0)
     q = request()
     full = view("full", free_kv_tokens=0)
