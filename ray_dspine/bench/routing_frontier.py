@@ -22,12 +22,12 @@ Complexity: (B + T) * S replays for B baselines, T tolerances and S engine seeds
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 
 from ray_dspine.cli_errors import CliError
 
+from .flag_lists import bounded_float, parse_flag_list
 from .routing_results import OURS, goals_from, reduction
 from .routing_virtual import replay_virtual, virtual_router_config
 from .routing_virtual_report import mean_over_seeds, replay_each
@@ -39,28 +39,12 @@ FLAG = "--sweep-tolerance"
 
 
 def parse_tolerances(text: str) -> list[float | None]:
-    """The tolerance rule: a comma list of seconds >= 0 or `none`, each at most once."""
-    out: list[float | None] = []
-    for part in (p.strip() for p in text.split(",")):
-        if not part:
-            continue
-        if part.lower() == NO_GUARD:
-            value: float | None = None
-        else:
-            try:
-                value = float(part)
-            except ValueError:
-                value = math.nan
-            if not 0.0 <= value < math.inf:
-                raise CliError(
-                    f"argument {FLAG}: {part!r} is not a tolerance: give seconds >= 0 or 'none', e.g. 0,2,4,6,8,none"
-                )
-        if value in out:
-            raise CliError(f"argument {FLAG}: {part!r} is given twice")
-        out.append(value)
-    if not out:
-        raise CliError(f"argument {FLAG}: give at least one tolerance, e.g. 0,2,4,6,8,none")
-    return out
+    """The tolerance rule: a comma list of seconds >= 0 or `none`, each at most once (flag_lists.py)."""
+
+    def one(part: str) -> float | None:
+        return None if part.lower() == NO_GUARD else bounded_float(part, 0.0, low_inclusive=True)
+
+    return parse_flag_list(text, FLAG, "tolerance", "give seconds >= 0 or 'none'", "0,2,4,6,8,none", one)
 
 
 def tolerance_label(tolerance_s: float | None) -> str:

@@ -20,7 +20,6 @@ Complexity: L * S * E * R replays for L loads, S slices, E engine seeds and R ro
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 
@@ -28,6 +27,7 @@ from pydantic import ValidationError
 
 from ray_dspine.cli_errors import CliError
 
+from .flag_lists import bounded_float, parse_flag_list
 from .paired import PairedGoal, format_paired
 from .routing_virtual import mean_or_none
 from .routing_virtual_report import run_virtual_bench
@@ -39,25 +39,9 @@ POINT_FIELDS = ("routers", "goals", "paired_goals", "ttft_p99_reduction_ceiling"
 
 
 def parse_loads(text: str) -> list[float]:
-    """The loads rule: a comma list of multipliers > 0, each at most once."""
-    out: list[float] = []
-    for part in (p.strip() for p in text.split(",")):
-        if not part:
-            continue
-        try:
-            value = float(part)
-        except ValueError:
-            value = math.nan
-        if not 0.0 < value < math.inf:
-            raise CliError(
-                f"argument {FLAG}: {part!r} is not a load: give multipliers > 0 of the offered load, e.g. 0.8,1,1.25"
-            )
-        if value in out:
-            raise CliError(f"argument {FLAG}: {part!r} is given twice")
-        out.append(value)
-    if not out:
-        raise CliError(f"argument {FLAG}: give at least one load, e.g. 0.8,1,1.25")
-    return out
+    """The loads rule: a comma list of multipliers > 0, each at most once (flag_lists.py)."""
+    return parse_flag_list(text, FLAG, "load", "give multipliers > 0 of the offered load", "0.8,1,1.25",
+                           lambda part: bounded_float(part, 0.0, low_inclusive=False))  # fmt: skip
 
 
 def settings_at_load(settings: RoutingBenchSettings, load: float) -> RoutingBenchSettings:

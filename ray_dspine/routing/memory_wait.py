@@ -98,13 +98,13 @@ class MemoryWait:
             return None
         estimates = predicted_ttft_s(self._index, self._default_rate, request, [chosen, *short])
         chosen_est, short_est = estimates[0], estimates[1:]
-        best_est, best_id, best = min(zip(short_est, (v.replica_id for v in short), short), key=lambda t: t[:2])
+        best_est, best = min(zip(short_est, short), key=lambda pair: (pair[0], pair[1].replica_id))
         allow_s = self._allowance.allowances_s(request, [chosen])[0]
         chosen_backlog, best_backlog = self._backlog_s(chosen), self._backlog_s(best)
         if chosen_est <= best_est + allow_s or chosen_backlog <= best_backlog:
             return None
         return (
-            f"waiting for memory on {best_id}: predicted TTFT {best_est:.2f}s there ({best_backlog:.2f}s of "
+            f"waiting for memory on {best.replica_id}: predicted TTFT {best_est:.2f}s there ({best_backlog:.2f}s of "
             f"prefill queued) against {chosen_est:.2f}s on {chosen.replica_id} ({chosen_backlog:.2f}s queued), "
             f"which can hold it now (allowed {allow_s:.2f}s)"
         )
