@@ -19,7 +19,8 @@ clear it, miss it or cannot tell. `--virtual` skips Ray and the wall clock altog
 `--sweep-tolerance` it replays ours once per TTFT-guard tolerance (routing_frontier.py) and `--plot`
 draws the trade; with `--sweep-load` it replays every router at several multiples of the offered load
 (routing_load_sweep.py) and `--plot` draws p99 TTFT and hits against load; otherwise `--plot` draws
-the paired goals (paired_plot.py).
+the paired goals (paired_plot.py), and `--tail N` lists each replay's N slowest requests with what held
+each up (routing_tail.py), so a p99 can be read request by request.
 Bad flags and an empty or missing slice are reported as `error: argument --flag: ...`, exit status 2,
 before Ray starts.
 """
@@ -132,6 +133,11 @@ def register(subparsers) -> None:
         "--sweep-load", default=None, metavar="LIST",
         help="--virtual: replay every router at each of these multiples of the offered load (arrivals m times as "
         "dense), e.g. 0.8,1,1.25; prints p99 TTFT, prefix hits and the paired goals by load",
+    )  # fmt: skip
+    parser.add_argument(
+        "--tail", type=int, default=None, metavar="N",
+        help="--virtual: also list each replay's N slowest requests (ranks that set the p99 included) with their "
+        "floor, own prefill, wait and what they queued behind",
     )  # fmt: skip
     parser.add_argument(
         "--plot", default=None,
@@ -316,6 +322,13 @@ def routing_main(args) -> int:
         raise CliError("argument --sweep-load: sweeps run in virtual time; add --virtual")
     if args.sweep_load is not None and args.sweep_tolerance is not None:
         raise CliError("argument --sweep-load: sweep one thing at a time; drop --sweep-tolerance")
+    if args.tail is not None:
+        if not args.virtual:
+            raise CliError("argument --tail: the slowest requests are listed from virtual replays; add --virtual")
+        if args.sweep_tolerance is not None or args.sweep_load is not None:
+            raise CliError("argument --tail: lists the replays of one bench, not of a sweep; drop the sweep")
+        if args.tail < 1:
+            raise CliError(f"argument --tail: the number of slowest requests to list, at least 1 (got {args.tail})")
     paired_baselines = {"pow2", "cache_aware"} & set(settings.routers)
     sweeping = args.sweep_tolerance is not None or args.sweep_load is not None
     if args.plot is not None and not sweeping and (OURS not in settings.routers or not paired_baselines):
@@ -383,7 +396,7 @@ def virtual_main(args, settings: RoutingBenchSettings) -> int:
         for seed in slice_seeds:
             these = settings.model_copy(update={"seed": seed})
             slices.append((these, load_bench_slice(these)))
-        result = run_virtual_bench(slices, seeds, progress)
+        result = run_virtual_bench(slices, seeds, progress, tail=args.tail or 0)
         table = format_virtual_table
     else:
         requests = load_bench_slice(settings)

@@ -29,7 +29,9 @@ Rules (simulated seconds throughout):
              simulated-second rates and the clock is simulated.
   figures    TTFT p50/p99 and end-to-end p99 over all requests (percentiles as numpy's linear rule),
              TTFT excess p99 over each request's floor, prefix-hit rate = hit / (hit + prefilled)
-             tokens over the cores' counters, requests per replica, retractions.
+             tokens over the cores' counters, requests per replica, retractions; with tail = N > 0, the
+             N slowest requests and what held each up (routing_tail.py; cached tokens as each request's
+             engine reported them when it finished).
 Complexity: O(events * R) for R replicas, plus the policy's cost per decision.
 """
 
@@ -49,11 +51,13 @@ from ..engines.protocol import LoadSnapshot
 from ..engines.simulated.core import SimReplicaCore
 from ..engines.simulated.profile import load_profile
 from ..engines.simulated.request import SimRequest
+from ..engines.simulated.step_model import prefill_step_ms
 from ..pools import apply_plan, plan_pool
 from ..routing.config import RouterConfig
 from ..routing.policies import RoutingPolicy, build_policy
 from ..routing.types import ReplicaView, RequestView
 from .client import ClientSettings
+from .routing_tail import ServedRequest, SlowRequest, slowest_requests
 from .routing_workload import BENCH_MODEL, RoutingBenchSettings, bench_app_config, ingress_view
 from .traces.model import TraceRequest
 
@@ -77,6 +81,9 @@ class VirtualFigures(BaseModel):
     prefix_hit_rate: float | None
     num_retractions: int
     requests_per_replica: list[int] = Field(description="Requests placed on each replica.")
+    slowest: list[SlowRequest] = Field(
+        default_factory=list, description="The slowest requests and what held them up (`--tail`), slowest first."
+    )
 
 
 @dataclass(frozen=True)
@@ -115,6 +122,7 @@ class _Replay:
         pool = bench_app_config(settings, "headroom").pools[0]
         engine = apply_plan(pool, plan_pool(pool)).engine
         profile = load_profile(engine.profile)
+        self.prefill_s = lambda uncached_tokens: prefill_step_ms(profile, uncached_tokens) / 1000.0
         self.n = settings.num_replicas
         self.cores = [
             SimReplicaCore(engine, profile, random.Random(engine_seed * 1000 + k), token_events=False)
@@ -198,8 +206,10 @@ def replay_virtual(
     floors_sim_s: dict[str, float],
     config: RouterConfig | None = None,
     on_progress: Callable[[int], None] | None = None,
+    tail: int = 0,
 ) -> VirtualFigures:
-    """Replay the slice once through one router (rules above); `config` overrides the router config."""
+    """Replay the slice once through one router (rules above); `config` overrides the router config;
+    `tail` > 0 also lists that many of the slowest requests."""
     turns = _turns(requests, settings)
     replay = _Replay(settings, policy, engine_seed, config)
     sessions: dict[str, list[_Turn]] = {}
@@ -211,6 +221,7 @@ def replay_virtual(
     sent: dict[int, float] = {}
     first: dict[int, float] = {}
     end: dict[int, float] = {}
+    cached: dict[int, int] = {}
     waiting: list[_Turn] = []
     while len(end) < len(turns):
         replay.now = replay.next_time(arrivals, waiting)
@@ -222,6 +233,7 @@ def replay_virtual(
                     replay.backlogs[k].first(event.request_id)
                 elif event.kind == "finished":
                     end[index] = event.time_s
+                    cached[index] = event.usage.cached_prompt_tokens if event.usage is not None else 0
                     replay.in_flight[k] -= 1
                     if replay.policy is not None:
                         replay.policy.on_completed(event.request_id)
@@ -240,7 +252,15 @@ def replay_virtual(
             sent[index] = replay.now
             if not replay.place(turns[index]):
                 waiting.append(turns[index])
-    return _figures(policy, (settings.seed, engine_seed), turns, replay, sent, first, end, floors_sim_s)
+    figures = _figures(policy, (settings.seed, engine_seed), turns, replay, sent, first, end, floors_sim_s)
+    if tail > 0:
+        served = [
+            ServedRequest(t.request_id, replay.placed_on[t.index], sent[t.index], first[t.index], t.prompt_tokens,
+                          cached[t.index], floors_sim_s.get(t.request_id))  # fmt: skip
+            for t in turns
+        ]
+        figures.slowest = slowest_requests(served, replay.prefill_s, tail)
+    return figures
 
 
 def _figures(

@@ -68,9 +68,9 @@ def test_rule_ours_is_replayed_per_tolerance_and_seed_and_baselines_per_seed(mon
     real = routing_frontier.replay_virtual
     calls = []
 
-    def recording(requests, settings, policy, seed, floors, config=None):
+    def recording(requests, settings, policy, seed, floors, config=None, **options):
         calls.append((policy, seed, None if config is None else config.ttft_tolerance_s))
-        return real(requests, settings, policy, seed, floors, config=config)
+        return real(requests, settings, policy, seed, floors, config=config, **options)
 
     monkeypatch.setattr(routing_frontier, "replay_virtual", recording)
     monkeypatch.setattr(routing_virtual_report, "replay_virtual", recording)  # the baselines' replays

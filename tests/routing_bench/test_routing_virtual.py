@@ -178,3 +178,28 @@ def test_cli_bad_slices_are_named(capsys, argv, message):
     args = parser.parse_args(["routing", *argv])
     assert args.func(args) == 2
     assert capsys.readouterr().err.startswith(f"error: {message}")
+
+
+def test_table_counts_the_replays_whose_ceiling_reaches_the_target():
+    from ray_dspine.bench.routing_virtual_report import format_virtual_table
+
+    result = {
+        "routers": {}, "settings": {"seed": 0}, "engine_seeds": [0, 1, 2], "goals": [],
+        "ttft_p99_reduction_ceiling": {"cache_aware": 0.15},
+        # per replay 1 - floor / cache_aware's p99: 0.10 and 0.20 (one replay had no p99)
+        "ttft_p99_reduction_ceiling_by_run": {"cache_aware": [0.10, 0.20, None]},
+    }  # fmt: skip
+    assert format_virtual_table(result).splitlines()[-1] == (
+        "ceiling vs cache_aware by replay: 0.100 to 0.200; a router at the floor reaches the 15% target in 1 of 2 replays"
+    )
+
+
+def test_cli_virtual_ceiling_by_replay_uses_each_replays_own_slice_floor(capsys, routing_cli, mooncake_trace):
+    argv = ["--virtual", "--window-s", "120", "--session-fraction", "0.05", "--slices", "0,1", "--engine-seeds", "0",
+            "--routers", "cache_aware,headroom", "--json"]  # fmt: skip
+    assert routing_cli(argv) == 0
+    result = json.loads(capsys.readouterr().out)
+    floors = [s["ttft_floor_p99_sim_s"] for s in result["slices"]]
+    p99s = [run["ttft_p99_sim_s"] for run in result["runs"]["cache_aware"]]
+    expected = [1 - floor / p99 for floor, p99 in zip(floors, p99s)]
+    assert result["ttft_p99_reduction_ceiling_by_run"] == {"cache_aware": pytest.approx(expected)}
