@@ -201,7 +201,6 @@ def test_rule_each_replay_keeps_its_own_hit_rate():
         (["--routers", "bogus"], "argument --routers: Input should be 'headroom', 'cache_aware', 'least_load' or 'pow2'"),
         (["--engine-time-scale", "-1"], "argument --engine-time-scale: Input should be greater than 0 (got -1.0)"),
         (["--trace", "no-such-trace"], "argument --trace: 'no-such-trace' is neither a known trace"),
-        (["--window-s", "0.001"], "argument --window-s: the slice holds no request"),
     ],
 )
 def test_cli_bad_input_is_named_with_exit_2_before_ray_starts(argv, message, capsys):
@@ -210,6 +209,16 @@ def test_cli_bad_input_is_named_with_exit_2_before_ray_starts(argv, message, cap
     args = parser.parse_args(["routing", *argv])
     assert args.func(args) == 2
     assert capsys.readouterr().err.startswith("error: " + message)
+
+
+def test_cli_an_empty_slice_is_named_with_exit_2_before_ray_starts(capsys, routing_cli, mooncake_trace):
+    assert routing_cli(["--window-s", "0.001"]) == 2
+    assert capsys.readouterr().err.startswith("error: argument --window-s: the slice holds no request")
+
+
+def test_cli_a_missing_trace_file_is_named_with_exit_2(capsys, routing_cli, tmp_path):
+    assert routing_cli(["--traces-dir", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.startswith("error: argument --trace: trace 'mooncake' not found at ")
 
 
 def test_probe_counts_are_taken_off_but_peaks_kept():
