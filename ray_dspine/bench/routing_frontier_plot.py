@@ -18,10 +18,10 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from .routing_results import OURS
+from .routing_results import OURS, P99_CUT_TARGETS
 
-# The goal rule's p99 reductions (routing_results.goals_from): at least 15% and 30% lower.
-P99_FACTOR = {"cache_aware": 0.85, "pow2": 0.70}
+# The goal rule's p99 reductions (routing_results.P99_CUT_TARGETS) as the most p99 each baseline allows.
+P99_FACTOR = {name: 1.0 - target for name, target in P99_CUT_TARGETS.items()}
 BASELINE_MARKERS = {"pow2": "s", "cache_aware": "D", "least_load": "^"}
 
 
