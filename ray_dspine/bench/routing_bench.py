@@ -19,8 +19,9 @@ clear it, miss it or cannot tell. `--virtual` skips Ray and the wall clock altog
 `--sweep-tolerance` it replays ours once per TTFT-guard tolerance (routing_frontier.py) and `--plot`
 draws the trade; with `--sweep-load` it replays every router at several multiples of the offered load
 (routing_load_sweep.py) and `--plot` draws p99 TTFT and hits against load; otherwise `--plot` draws
-the paired goals (paired_plot.py), and `--tail N` lists each replay's N slowest requests with what held
-each up (routing_tail.py), so a p99 can be read request by request.
+the paired goals (paired_plot.py). `--tail N`, through Ray or in virtual time, lists each replay's N
+slowest requests with what held each up (routing_tail.py, routing_ray_tail.py), so a p99 can be read
+request by request.
 Bad flags and an empty or missing slice are reported as `error: argument --flag: ...`, exit status 2,
 before Ray starts.
 """
@@ -44,6 +45,7 @@ from .client import ClientSettings, StreamingClient
 from .records import RequestRecord
 from .replay import ReplayConfig, ReplaySink, replay
 from .paired import PairedGoal, format_paired, paired_goals
+from .routing_ray_tail import format_ray_slowest, slowest_by_router
 from .routing_results import OURS, Goal, RouterFigures, format_table, goals, reduction_ceilings, router_figures
 from .routing_workload import (
     BENCH_MODEL,
@@ -52,6 +54,7 @@ from .routing_workload import (
     TRACE_PRESETS,
     RoutingBenchSettings,
     bench_app_config,
+    bench_prefill_seconds,
     describe_slice,
     load_slice,
     ttft_floors_by_request,
@@ -136,8 +139,8 @@ def register(subparsers) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--tail", type=int, default=None, metavar="N",
-        help="--virtual: also list each replay's N slowest requests (ranks that set the p99 included) with their "
-        "floor, own prefill, wait and what they queued behind",
+        help="also list each replay's N slowest requests (ranks that set the p99 included) with their floor, own "
+        "prefill, wait and what they queued behind",
     )  # fmt: skip
     parser.add_argument(
         "--plot", default=None,
@@ -247,8 +250,9 @@ def load_bench_slice(settings: RoutingBenchSettings) -> list[TraceRequest]:
     return requests
 
 
-def run_bench(settings: RoutingBenchSettings) -> tuple[dict, dict[str, RouterFigures], list[Goal]]:
-    """Replay the slice once per router; returns (the JSON document, figures by router, goal checks)."""
+def run_bench(settings: RoutingBenchSettings, tail: int = 0) -> tuple[dict, dict[str, RouterFigures], list[Goal]]:
+    """Replay the slice once per router; returns (the JSON document, figures by router, goal checks);
+    `tail` > 0 also lists each replay's that many slowest requests under `slowest`."""
     from . import routing_cluster as cluster
 
     started = time.monotonic()
@@ -292,7 +296,7 @@ def run_bench(settings: RoutingBenchSettings) -> tuple[dict, dict[str, RouterFig
         {name: f.prefix_hit_rate_by_replay for name, f in figures.items()},
         OURS,
     )
-    return {
+    document = {
         "simulated": True,
         "command_line": list(sys.argv),
         "note": "every latency and throughput comes from the simulated engine (a calibrated twin, no GPU)",
@@ -303,8 +307,13 @@ def run_bench(settings: RoutingBenchSettings) -> tuple[dict, dict[str, RouterFig
         "paired_goals": [g.model_dump(mode="json") for g in paired],
         "ttft_p99_reduction_ceiling": reduction_ceilings(figures, slice_info["ttft_floor_p99_sim_s"]),
         "all_goals_met": all(g.met for g in checks) if checks else None,
-        "wall_s": time.monotonic() - started,
-    }, figures, checks
+    }
+    if tail > 0:
+        document["slowest"] = slowest_by_router(
+            records, floors, settings.engine_time_scale, bench_prefill_seconds(settings), tail
+        )
+    document["wall_s"] = time.monotonic() - started
+    return document, figures, checks
 
 
 @cli_errors
@@ -323,8 +332,6 @@ def routing_main(args) -> int:
     if args.sweep_load is not None and args.sweep_tolerance is not None:
         raise CliError("argument --sweep-load: sweep one thing at a time; drop --sweep-tolerance")
     if args.tail is not None:
-        if not args.virtual:
-            raise CliError("argument --tail: the slowest requests are listed from virtual replays; add --virtual")
         if args.sweep_tolerance is not None or args.sweep_load is not None:
             raise CliError("argument --tail: lists the replays of one bench, not of a sweep; drop the sweep")
         if args.tail < 1:
@@ -343,7 +350,7 @@ def routing_main(args) -> int:
         return virtual_main(args, settings)
     # Ray prints its own notices (e.g. "(raylet) ...") on stdout; keep stdout for the result alone.
     with contextlib.redirect_stdout(sys.stderr):
-        result, figures, checks = run_bench(settings)
+        result, figures, checks = run_bench(settings, tail=args.tail or 0)
     text = json.dumps(result, indent=2)
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:
@@ -363,6 +370,8 @@ def routing_main(args) -> int:
         for name, ceiling in result["ttft_p99_reduction_ceiling"].items():
             if ceiling is not None:
                 print(f"ceiling vs {name}: at most {ceiling:.3f} (p99 at the slice's floor, {floor:.2f} simulated s)")
+        for line in format_ray_slowest(result.get("slowest", {})):
+            print(line)
         print(f"total wall time {result['wall_s']:.0f} s")
     return 0
 

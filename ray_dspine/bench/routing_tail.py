@@ -1,6 +1,6 @@
-"""Which requests set a replay's p99 TTFT, and what held each of them up (`bench routing --virtual --tail N`).
+"""Which requests set a replay's p99 TTFT, and what held each of them up (`bench routing --tail N`).
 
-Rules (simulated seconds; one virtual replay of n requests):
+Rules (simulated seconds; one replay of n requests, virtual or through Ray: routing_ray_tail.py):
   p99 ranks   numpy's linear rule puts the p99 at position x = 0.99 (n - 1) of the ascending TTFTs, between
               the values at floor(x) and ceil(x): the (n - floor(x))-th and (n - ceil(x))-th slowest
               (rank 1 = slowest). With n = 419 that is ranks 5 and 6.
@@ -38,7 +38,7 @@ class ServedRequest:
     """One request of a replay as the tail rules need it (times in simulated seconds)."""
 
     request_id: str
-    replica: int
+    replica: int | str  # an index in virtual time, the Ray replica's unique id through Ray Serve
     sent_s: float
     first_token_s: float
     prompt_tokens: int
@@ -53,7 +53,7 @@ class SlowRequest(BaseModel):
 
     rank: int = Field(description="1 = the slowest of the replay.")
     request_id: str
-    replica: int
+    replica: int | str = Field(description="Index in virtual time; the Ray replica's unique id through Ray Serve.")
     ttft_s: float
     floor_s: float | None
     own_prefill_s: float = Field(description="Its own prefill step (uncached prompt tokens).")
@@ -173,3 +173,27 @@ def format_slowest(label: str, num_requests: int, ttft_p99_s: float, rows: Seque
             f"{r.prompt_tokens:>7} {r.cached_tokens:>7}  {r.request_id:<10} {r.cause}"
         )
     return lines
+
+
+@dataclass(frozen=True)
+class ListedReplay:
+    """One replay's listed rows as the table prints them."""
+
+    label: str
+    num_requests: int
+    ttft_p99_s: float
+    rows: Sequence[SlowRequest]
+
+
+def format_tail(header: str, by_router: dict[str, list[ListedReplay]], replays_per_router: int) -> list[str]:
+    """Each router's listed replays under `header`, then each router's census; nothing when none is listed."""
+    lines: list[str] = []
+    census: list[str] = []
+    for name, replays in by_router.items():
+        for replay in replays:
+            lines.extend(format_slowest(replay.label, replay.num_requests, replay.ttft_p99_s, replay.rows))
+        if replays:
+            census.append(f"{name}: {p99_census((r.num_requests, r.rows) for r in replays)}")
+    if not lines:
+        return []
+    return [header, *lines, f"what sets the p99, over {replays_per_router} replays per router:", *census]

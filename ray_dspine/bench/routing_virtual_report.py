@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from .paired import PairedGoal, format_paired, paired_goals
 from .routing_results import OURS, P99_CUT_TARGETS, goals_from, reduction
-from .routing_tail import SlowRequest, format_slowest, p99_census
+from .routing_tail import ListedReplay, SlowRequest, format_tail
 from .routing_virtual import VirtualFigures, mean_or_none, replay_virtual
 from .routing_workload import RoutingBenchSettings, describe_slice, ttft_floors_by_request
 from .traces.model import TraceRequest
@@ -160,21 +160,15 @@ def format_virtual_table(result: dict) -> str:
 
 def _slowest_lines(result: dict) -> list[str]:
     """Each run's slowest requests (`--tail`), run by run; nothing when the runs carry none."""
-    lines: list[str] = []
-    census: list[str] = []
-    for name, runs in result.get("runs", {}).items():
-        listed = []
-        for run in runs:
-            if not run.get("slowest"):
-                continue
-            rows = [SlowRequest.model_validate(r) for r in run["slowest"]]
-            listed.append((run["num_requests"], rows))
-            label = f"[slice {run['slice_seed']}, engine seed {run['engine_seed']}] {name}"
-            lines.extend(format_slowest(label, run["num_requests"], run["ttft_p99_sim_s"], rows))
-        if listed:
-            census.append(f"{name}: {p99_census(listed)}")
-    if lines:
-        lines.insert(0, "slowest requests (simulated s; prefill: its own prefill step; waited: arrival to that step):")
-        lines.append(f"what sets the p99, over {len(next(iter(result['runs'].values())))} replays per router:")
-        lines.extend(census)
-    return lines
+    runs = result.get("runs", {})
+    listed = {
+        name: [
+            ListedReplay(f"[slice {run['slice_seed']}, engine seed {run['engine_seed']}] {name}", run["num_requests"],
+                         run["ttft_p99_sim_s"], [SlowRequest.model_validate(r) for r in run["slowest"]])  # fmt: skip
+            for run in these
+            if run.get("slowest")
+        ]
+        for name, these in runs.items()
+    }
+    header = "slowest requests (simulated s; prefill: its own prefill step; waited: arrival to that step):"
+    return format_tail(header, listed, len(next(iter(runs.values()), [])))

@@ -28,6 +28,7 @@ Complexity: O(n log n) for n trace requests; the floor O(total prompt characters
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -193,6 +194,12 @@ def ingress_view(request: TraceRequest, client: ClientSettings) -> IngressView:
         prompt_tokens=len(text) // CHARS_PER_TOKEN + 1,
         max_tokens=int(body["max_tokens"]),
     )
+
+
+def bench_prefill_seconds(settings: RoutingBenchSettings) -> Callable[[int], float]:
+    """A prefill step's simulated seconds for so many uncached tokens, on the bench's engine profile."""
+    profile = load_profile(settings.profile)
+    return lambda uncached_tokens: prefill_step_ms(profile, uncached_tokens) / 1000.0
 
 
 def ttft_floors_by_request(requests: list[TraceRequest], settings: RoutingBenchSettings) -> dict[str, float]:

@@ -24,7 +24,7 @@ def test_tiny_routing_bench_reports_every_field_for_every_router():
     # First 60 trace seconds, 5 % of the sessions, 3 replicas: a dozen requests per router, replayed twice.
     command = [
         sys.executable, "-m", "ray_dspine.cli", "bench", "routing", "--trace", "mooncake", "--replicas", "3",
-        "--window-s", "60", "--session-fraction", "0.05", "--repeats", "2", "--json",
+        "--window-s", "60", "--session-fraction", "0.05", "--repeats", "2", "--tail", "2", "--json",
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -53,6 +53,16 @@ def test_tiny_routing_bench_reports_every_field_for_every_router():
     cuts = [1 - o / c for o, c in zip(ours["ttft_p99_s_by_replay"], ca["ttft_p99_s_by_replay"])]
     assert paired["ttft_p99_reduction_vs_cache_aware"]["per_pair"] == pytest.approx(cuts)
     assert all(g["num_pairs"] == 2 for g in paired.values())
+    # --tail 2: each replay's two slowest requests, on the replicas that served them, with the replay's p99
+    # in simulated seconds (wall seconds / engine_time_scale 0.5)
+    assert list(result["slowest"]) == ROUTERS
+    for name, replays in result["slowest"].items():
+        assert [replay["repeat"] for replay in replays] == [0, 1], name
+        for replay, p99_wall in zip(replays, result["routers"][name]["ttft_p99_s_by_replay"]):
+            assert replay["num_requests"] == result["slice"]["num_requests"]
+            assert replay["ttft_p99_sim_s"] == pytest.approx(p99_wall / 0.5)
+            assert [row["rank"] for row in replay["slowest"]] == [1, 2]
+            assert all(isinstance(row["replica"], str) and row["replica"] for row in replay["slowest"])
     progress = [line for line in done.stderr.splitlines() if line.startswith("[")]
     # one progress line per replay, interleaved: pow2, cache_aware, headroom, pow2, ...
     assert [line.split("] ")[1].split(":")[0] for line in progress] == ROUTERS * 2

@@ -1,4 +1,4 @@
-"""`bench routing --virtual --tail N`: each rule of routing_tail.py, the replay wiring and the CLI."""
+"""`bench routing --tail N` in virtual time: each rule of routing_tail.py, the replay wiring and the CLI."""
 
 import json
 
@@ -144,7 +144,6 @@ def test_replay_lists_a_request_queued_behind_a_long_prefill():
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--tail", "5"], "argument --tail: the slowest requests are listed from virtual replays; add --virtual"),
         (["--virtual", "--tail", "0"], "argument --tail: the number of slowest requests to list, at least 1 (got 0)"),
         (["--virtual", "--tail", "3", "--sweep-load", "1,2"], "argument --tail: lists the replays of one bench"),
     ],
