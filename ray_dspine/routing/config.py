@@ -167,6 +167,12 @@ class RouterConfig(BaseModel):
     drop_after_s: float = Field(
         default=60.0, gt=0.0, description="Replicas whose last report is older than this are not used."
     )
+    receipt_timeout_s: float = Field(
+        default=5.0,
+        gt=0.0,
+        description="A placement the replica has not confirmed receiving counts against every load report "
+        "for at most this many seconds (Ray confirms when a replica accepts the request; reservations.py).",
+    )
     default_prefill_tokens_per_s: float = Field(
         default=10_000.0,
         gt=0.0,

@@ -18,7 +18,8 @@
 The filters' cached(q, r) is the prompt less uncached_tokens(q, depth(q, r)) of the prefix index (the
 TTFT scorer's estimate): a replica that caches most of a long prompt needs KV only for the rest.
 
-`on_placed(q, r)` records r in the ledger (with q's uncached prompt tokens on r, predicted_ttft.py),
+`on_placed(q, r)` records r in the ledger (with q's uncached prompt tokens on r, predicted_ttft.py; not
+yet received when the caller says so, until `on_received(q)`: reservations.py),
 the prefix index (all of q's blocks) and the session table; `on_completed(q)` releases the ledger
 entry and, when q was served, inserts q's blocks into the index for r again, most recently used: an
 engine pins a running request's blocks and hands them to its LRU only when the request ends, so a
@@ -62,7 +63,9 @@ class RoutingPipeline:
         self._timer = timer
         self.prefix_index = PrefixIndex(config.prefix_index_capacity_blocks)
         self.sessions = SessionTable(config.session_table_capacity)
-        self.ledger = ReservationLedger(clock, horizon_s=config.drop_after_s)
+        self.ledger = ReservationLedger(
+            clock, horizon_s=config.drop_after_s, receipt_timeout_s=config.receipt_timeout_s
+        )
         self._scorers: list[tuple[Scorer, float]] | None = None
         self._guard: TtftGuard | None = None
         self._memory_wait: MemoryWait | None = None
@@ -127,9 +130,9 @@ class RoutingPipeline:
             reason="scored",
         )
 
-    def on_placed(self, request: RequestView, replica_id: str) -> None:
+    def on_placed(self, request: RequestView, replica_id: str, received: bool = True) -> None:
         depth = self.prefix_index.depths(request.prefix_hashes).get(replica_id, 0) if request.prefix_hashes else 0
-        self.ledger.place(request, replica_id, prefill_tokens=uncached_tokens(request, depth))
+        self.ledger.place(request, replica_id, prefill_tokens=uncached_tokens(request, depth), received=received)
         self.prefix_index.insert(request.prefix_hashes, replica_id)
         self.sessions.record(request.session_id, replica_id)
         self._in_flight.pop(request.request_id, None)
@@ -138,6 +141,9 @@ class RoutingPipeline:
             self._in_flight[request.request_id] = (replica_id, request.prefix_hashes, generation)
             while len(self._in_flight) > self._config.session_table_capacity:  # requests never completed
                 self._in_flight.popitem(last=False)
+
+    def on_received(self, request_id: str) -> None:
+        self.ledger.received(request_id)
 
     def on_completed(self, request_id: str, served: bool = True) -> None:
         self.ledger.complete(request_id)

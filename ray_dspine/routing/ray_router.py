@@ -22,7 +22,9 @@ on its way to the replica, and requests routed meanwhile must see it, or a burst
 corrected in `on_request_routed` when Ray ended up on another replica (Ray calls it once a replica
 accepts, which is the default outside Ray Client) and released in `on_request_completed`; a tentative
 placement that is never confirmed ages out of the ledger after `drop_after_s`, or is released at once
-when a later call for the same request answers wait.
+when a later call for the same request answers wait. Until `on_request_routed` the placement counts
+against every load report of its replica, since a report read while the request was on its way cannot
+show it (after `receipt_timeout_s` it is assumed delivered); from then on, reports taken after it do.
 Ray runs at most 2 x replicas (cap 50) routing loops per handle and each waiting request holds one, so
 a backlog of requests that fit nowhere delays the requests queued behind it (first come, first served).
 """
@@ -111,7 +113,7 @@ class DSpineRequestRouter(RequestRouter):
             if len(self._tentative) >= MAX_TENTATIVE:  # requests cancelled before Ray routed them
                 del self._tentative[next(iter(self._tentative))]
             self._tentative[request.request_id] = ranked[0]
-            self._policy.on_placed(request, ranked[0])
+            self._policy.on_placed(request, ranked[0], received=False)
         return [[by_id[rid]] for rid in ranked]
 
     def on_request_routed(self, pending_request: PendingRequest, replica_id: ReplicaID, result: Any) -> None:
@@ -120,7 +122,8 @@ class DSpineRequestRouter(RequestRouter):
             return
         self._request_id_of[pending_request.metadata.internal_request_id] = request.request_id
         if self._tentative.pop(request.request_id, None) != replica_id.unique_id:
-            self._policy.on_placed(request, replica_id.unique_id)
+            self._policy.on_placed(request, replica_id.unique_id, received=False)
+        self._policy.on_received(request.request_id)
 
     def on_request_completed(self, replica_id: ReplicaID, internal_request_id: str) -> None:
         request_id = self._request_id_of.pop(internal_request_id, None)

@@ -3,9 +3,16 @@
 Load reports arrive every `request_routing_stats_period_s`; a burst placed between two reports would
 all see the same free KV. The ledger subtracts what this router placed since the report was taken:
 
-    pending(r, now) = { p placed on r : p.placed_at >= now - stats_age_s(r), p not completed }
-                      (a placement made at the instant the report was taken counts: the report
-                       cannot show what was placed after it was read, and over-counting for one
+    seen(p)         = the time the replica received p: p.placed_at when the caller placed it as
+                      received (the request reaches the replica at once), the time of `received(p)`
+                      when it confirms later, else p.placed_at + receipt_timeout_s (never confirmed:
+                      assumed received by then)
+    pending(r, now) = { p placed on r : seen(p) >= now - stats_age_s(r), p not completed }
+                      (a report taken before the replica received p cannot show it: through Ray a
+                       request is still on its way for a while after it is placed, and a 100,000-token
+                       prompt placed just before a report and delivered just after it would otherwise
+                       vanish from the ledger while the report shows the replica idle; a placement
+                       received at the instant the report was taken counts: over-counting for one
                        report period is safe where under-counting piles a burst onto one replica)
     free_kv'(r)     = free_kv(r)    - sum_{p in pending} p.needed_kv_tokens
     free_slots'(r)  = free_slots(r) - sum_{p in pending} p.num_state_slots * state_slots_per_request(r)
@@ -18,8 +25,9 @@ all see the same free KV. The ledger subtracts what this router placed since the
                        the whole prompt when the caller gave no estimate)
 
 Placements older than `horizon_s` are forgotten (a report that old is dropped by the filters anyway).
-Parameters: stats_age_s >= 0 (seconds; infinity for a replica that never reported), horizon_s > 0.
-Complexity: `place`/`complete` O(1); `apply` O(R + P) for R replicas and P live placements.
+Parameters: stats_age_s >= 0 (seconds; infinity for a replica that never reported), horizon_s > 0,
+receipt_timeout_s > 0 (seconds).
+Complexity: `place`/`received`/`complete` O(1); `apply` O(R + P) for R replicas and P live placements.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ class _Placement:
     needed_kv_tokens: int
     num_state_slots: int
     prefill_tokens: int
+    received_at_s: float | None  # None: the replica has not confirmed it yet
 
 
 def drained_backlog(pending_tokens: int, tokens_per_s: float, age_s: float) -> int:
@@ -50,18 +59,33 @@ def drained_backlog(pending_tokens: int, tokens_per_s: float, age_s: float) -> i
 class ReservationLedger:
     """Placements per replica, oldest first; `clock` returns seconds on the same scale as report ages."""
 
-    def __init__(self, clock: Callable[[], float], horizon_s: float):
+    def __init__(self, clock: Callable[[], float], horizon_s: float, receipt_timeout_s: float = 5.0):
+        if receipt_timeout_s <= 0.0:
+            raise ValueError(f"receipt_timeout_s must be > 0, got {receipt_timeout_s}")
         self._clock = clock
         self._horizon_s = horizon_s
+        self._receipt_timeout_s = receipt_timeout_s
         self._by_replica: dict[str, OrderedDict[str, _Placement]] = {}
         self._replica_of: dict[str, str] = {}
 
-    def place(self, request: RequestView, replica_id: str, prefill_tokens: int | None = None) -> None:
+    def place(
+        self, request: RequestView, replica_id: str, prefill_tokens: int | None = None, received: bool = True
+    ) -> None:
+        """Record a placement; `received=False` when the request is still on its way (see `received`)."""
         self.complete(request.request_id)
         prefill = request.prompt_tokens if prefill_tokens is None else prefill_tokens
-        entry = _Placement(self._clock(), request.needed_kv_tokens, request.num_state_slots, prefill)
+        now = self._clock()
+        entry = _Placement(now, request.needed_kv_tokens, request.num_state_slots, prefill, now if received else None)
         self._by_replica.setdefault(replica_id, OrderedDict())[request.request_id] = entry
         self._replica_of[request.request_id] = replica_id
+
+    def received(self, request_id: str) -> None:
+        """The replica now holds the request: reports taken from now on show it (rule `seen`)."""
+        replica_id = self._replica_of.get(request_id)
+        placements = self._by_replica.get(replica_id, {}) if replica_id is not None else {}
+        entry = placements.get(request_id)
+        if entry is not None and entry.received_at_s is None:
+            placements[request_id] = replace(entry, received_at_s=self._clock())
 
     def complete(self, request_id: str) -> None:
         replica_id = self._replica_of.pop(request_id, None)
@@ -88,9 +112,9 @@ class ReservationLedger:
             drained = drained_backlog(load.pending_prefill_tokens, load.prefill_tokens_per_s, view.stats_age_s)
             kv = slots = count = prefill = 0
             since = now - view.stats_age_s
-            for entry in reversed(self._by_replica.get(view.replica_id, {}).values()):
-                if entry.placed_at_s < since:
-                    break  # older entries are already in the report
+            for entry in self._by_replica.get(view.replica_id, {}).values():
+                if self._seen_at(entry) < since:
+                    continue  # the report already shows it
                 kv += entry.needed_kv_tokens
                 slots += entry.num_state_slots
                 prefill += entry.prefill_tokens
@@ -108,6 +132,11 @@ class ReservationLedger:
             )
             out.append(replace(view, load=adjusted))
         return out
+
+    def _seen_at(self, entry: _Placement) -> float:
+        if entry.received_at_s is not None:
+            return entry.received_at_s
+        return entry.placed_at_s + self._receipt_timeout_s
 
     def _prune(self, now: float) -> None:
         cutoff = now - self._horizon_s

@@ -121,6 +121,39 @@ def test_rule_a_placement_at_the_instant_of_the_report_counts_as_pending():
     assert (later.load.free_kv_tokens, later.load.num_queued) == (10_000, 0)
 
 
+def test_rule_a_placement_still_on_its_way_counts_until_a_report_taken_after_the_replica_received_it():
+    clock = FakeClock(now=10.0)
+    ledger = ReservationLedger(clock, horizon_s=60.0, receipt_timeout_s=5.0)
+    ledger.place(RequestView("giant", needed_kv_tokens=100_000, prompt_tokens=100_000), "a", received=False)
+    clock.now = 10.4
+    # A report taken at t=10.2 (age 0.2), after the placement but before the replica had the request:
+    # it shows an idle replica, and the ledger still adds the 100,000 tokens.
+    (on_its_way,) = ledger.apply([view("a", age=0.2, free_kv_tokens=500_000, total_kv_tokens=500_000)])
+    assert (on_its_way.load.pending_prefill_tokens, on_its_way.load.free_kv_tokens) == (100_000, 400_000)
+    ledger.received("giant")  # the replica has it at t=10.4
+    clock.now = 10.6
+    # a report taken at 10.3, before the replica had it, still cannot show it; one taken at 10.5 does
+    (older,) = ledger.apply([view("a", age=0.3)])
+    (newer,) = ledger.apply([view("a", age=0.1)])
+    assert (older.load.pending_prefill_tokens, newer.load.pending_prefill_tokens) == (100_000, 0)
+    ledger.received("giant")  # a second confirmation does not move the time the replica got it
+    (still,) = ledger.apply([view("a", age=0.1)])
+    assert still.load.pending_prefill_tokens == 0
+
+
+def test_rule_a_placement_never_confirmed_is_assumed_received_after_the_timeout():
+    clock = FakeClock(now=10.0)
+    ledger = ReservationLedger(clock, horizon_s=60.0, receipt_timeout_s=5.0)
+    ledger.place(RequestView("lost", prompt_tokens=3000), "a", received=False)
+    clock.now = 16.0
+    # seen = 10 + 5 = 15: a report taken at 14.5 still gets it added, one taken at 15.5 shows it
+    (before,) = ledger.apply([view("a", age=1.5)])
+    (after,) = ledger.apply([view("a", age=0.5)])
+    assert (before.load.pending_prefill_tokens, after.load.pending_prefill_tokens) == (3000, 0)
+    with pytest.raises(ValueError, match="receipt_timeout_s must be > 0"):
+        ReservationLedger(clock, horizon_s=60.0, receipt_timeout_s=0.0)
+
+
 def test_rule_reservation_ledger_adjusts_slots_and_queue_and_forgets_after_horizon():
     clock = FakeClock(now=0.0)
     ledger = ReservationLedger(clock, horizon_s=60.0)

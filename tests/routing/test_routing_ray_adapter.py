@@ -1,6 +1,7 @@
 """The Ray adapter's pure parts, without a cluster: config parsing, stats -> ReplicaView, YAML schema."""
 
 import math
+import time
 
 import pytest
 
@@ -126,6 +127,25 @@ def test_rule_a_choice_is_reserved_before_ray_confirms_it():
     router.on_request_completed(by_id[ids[0]].replica_id, "i1")
     router.on_request_completed(by_id[ids[0]].replica_id, "i2")
     assert ledger.num_live() == 0 and router._tentative == {}
+
+
+def test_rule_a_placement_counts_against_reports_until_ray_confirms_it():
+    import asyncio
+
+    router = bare(HeadroomRequestRouter)
+    router.initialize_state(weights={"session_affinity": 0.0, "prefix_match": 0.0})
+    first = FakePending(generate_request("q1"), "i1")
+    (group,) = asyncio.run(router.choose_replicas([FakeReplica("a")], first))
+    assert group[0].replica_id.unique_id == "a"
+    ledger = router._policy.ledger
+    # a report taken after the choice but before Ray delivered q1 (age 0: taken now) still gets q1 added
+    (seen,) = ledger.apply([replica_view("a", FakeReplica("a").routing_stats, 0.0, 0.0)])
+    assert seen.load.pending_prefill_tokens == 2000 and seen.load.num_queued == 1
+    router.on_request_routed(first, group[0].replica_id, None)  # the replica accepted q1
+    time.sleep(0.01)  # the router's clock is the monotonic clock: let it move past the confirmation
+    # reports taken from now on show q1 themselves
+    (after,) = ledger.apply([replica_view("a", FakeReplica("a").routing_stats, 0.0, 0.0)])
+    assert after.load.pending_prefill_tokens == 0 and after.load.num_queued == 0
 
 
 def test_a_request_told_to_wait_releases_its_earlier_tentative_placement():

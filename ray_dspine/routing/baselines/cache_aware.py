@@ -39,11 +39,17 @@ def is_imbalanced(loads: Sequence[int], abs_threshold: int, rel_threshold: float
 
 
 class CacheAwarePolicy:
-    def __init__(self, config: CacheAwareConfig, clock: Callable[[], float], horizon_s: float = 60.0):
+    def __init__(
+        self,
+        config: CacheAwareConfig,
+        clock: Callable[[], float],
+        horizon_s: float = 60.0,
+        receipt_timeout_s: float = 5.0,
+    ):
         self._config = config
         self._clock = clock
         self.prefix_index = PrefixIndex(capacity_blocks=None)
-        self.ledger = ReservationLedger(clock, horizon_s=horizon_s)
+        self.ledger = ReservationLedger(clock, horizon_s=horizon_s, receipt_timeout_s=receipt_timeout_s)
         self._last_trim_s: float | None = None
 
     def choose(self, request: RequestView, replicas: Sequence[ReplicaView]) -> Decision:
@@ -76,9 +82,12 @@ class CacheAwarePolicy:
         scores = {"load": {k: float(v) for k, v in load.items()}, "match_rate": rates}
         return Decision((chosen, *rest), scores=scores, reason=reason)
 
-    def on_placed(self, request: RequestView, replica_id: str) -> None:
+    def on_placed(self, request: RequestView, replica_id: str, received: bool = True) -> None:
         self.prefix_index.insert(request.prefix_hashes, replica_id)
-        self.ledger.place(request, replica_id)
+        self.ledger.place(request, replica_id, received=received)
+
+    def on_received(self, request_id: str) -> None:
+        self.ledger.received(request_id)
 
     def on_completed(self, request_id: str, served: bool = True) -> None:
         self.ledger.complete(request_id)

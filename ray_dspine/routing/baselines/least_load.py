@@ -16,8 +16,8 @@ from ray_dspine.routing.types import Decision, ReplicaView, RequestView
 
 
 class LeastLoadPolicy:
-    def __init__(self, clock: Callable[[], float], horizon_s: float = 60.0):
-        self.ledger = ReservationLedger(clock, horizon_s=horizon_s)
+    def __init__(self, clock: Callable[[], float], horizon_s: float = 60.0, receipt_timeout_s: float = 5.0):
+        self.ledger = ReservationLedger(clock, horizon_s=horizon_s, receipt_timeout_s=receipt_timeout_s)
 
     def choose(self, request: RequestView, replicas: Sequence[ReplicaView]) -> Decision:
         views = [v for v in self.ledger.apply(replicas) if v.load.healthy]
@@ -27,8 +27,11 @@ class LeastLoadPolicy:
         loads = {v.replica_id: float(v.num_requests) for v in views}
         return Decision(tuple(v.replica_id for v in ordered), scores={"load": loads}, reason="least load")
 
-    def on_placed(self, request: RequestView, replica_id: str) -> None:
-        self.ledger.place(request, replica_id)
+    def on_placed(self, request: RequestView, replica_id: str, received: bool = True) -> None:
+        self.ledger.place(request, replica_id, received=received)
+
+    def on_received(self, request_id: str) -> None:
+        self.ledger.received(request_id)
 
     def on_completed(self, request_id: str, served: bool = True) -> None:
         self.ledger.complete(request_id)
