@@ -27,6 +27,7 @@ against every load report of its replica, since a report read while the request 
 show it (after `receipt_timeout_s` it is assumed delivered); from then on, reports taken after it do.
 Ray runs at most 2 x replicas (cap 50) routing loops per handle and each waiting request holds one, so
 a backlog of requests that fit nowhere delays the requests queued behind it (first come, first served).
+With DSPINE_ROUTING_DECISION_LOG=<file> set, every decision is appended there (decision_log.py).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, R
 
 from ray_dspine.engines.protocol import GenerateRequest, LoadSnapshot
 from ray_dspine.routing.config import PolicyName, RouterConfig
+from ray_dspine.routing.decision_log import DecisionLog, decision_record
 from ray_dspine.routing.policies import RoutingPolicy, build_policy
 from ray_dspine.routing.types import UNREPORTED_AGE_S, Decision, ReplicaView, RequestView
 
@@ -84,6 +86,7 @@ class DSpineRequestRouter(RequestRouter):
         self._request_id_of: dict[str, str] = {}
         self._tentative: dict[str, str] = {}  # request_id -> replica chosen, not yet confirmed
         self.last_decision: Decision | None = None
+        self._decision_log = DecisionLog.from_env()
 
     async def choose_replicas(
         self,
@@ -102,8 +105,13 @@ class DSpineRequestRouter(RequestRouter):
         views = [
             replica_view(rid, r.routing_stats, now, self._config.assumed_stats_age_s) for rid, r in by_id.items()
         ]
+        log = self._decision_log
+        ledger = getattr(self._policy, "ledger", None) if log is not None else None
+        believed = ledger.apply(views) if ledger is not None else None  # what the ledger adds, for the log
         decision = self._policy.choose(request, views)
         self.last_decision = decision
+        if log is not None:
+            log.write(decision_record(request, views, believed, decision, now))
         ranked = [rid for rid in decision.ranked_replica_ids if rid in by_id]
         if not ranked and self._tentative.pop(request.request_id, None) is not None:
             # Chosen on an earlier call but not routed (that replica's queue was full), and now told to

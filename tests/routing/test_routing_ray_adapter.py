@@ -148,6 +148,32 @@ def test_rule_a_placement_counts_against_reports_until_ray_confirms_it():
     assert after.load.pending_prefill_tokens == 0 and after.load.num_queued == 0
 
 
+def test_decision_log_records_each_choice_without_the_prompt(tmp_path, monkeypatch):
+    import asyncio
+    import json
+
+    from ray_dspine.engines.protocol import GenerateRequest
+
+    path = tmp_path / "decisions.jsonl"
+    monkeypatch.setenv("DSPINE_ROUTING_DECISION_LOG", str(path))
+    router = bare(HeadroomRequestRouter)
+    router.initialize_state(weights={"session_affinity": 0.0, "prefix_match": 0.0})
+    replicas = [FakeReplica("a"), FakeReplica("b")]
+    for rid in ("q1", "q2"):
+        request = GenerateRequest(request_id=rid, prompt="confidential prompt text " * 4, max_tokens=8,
+                                  estimated_prompt_tokens=2000)  # fmt: skip
+        asyncio.run(router.choose_replicas(replicas, FakePending(request, "i-" + rid)))
+    text = path.read_text()
+    assert "confidential" not in text
+    first, second = [json.loads(line) for line in text.splitlines()]
+    assert (first["request_id"], second["request_id"]) == ("q1", "q2")
+    # q2's record shows what the ledger believed: q1's 2,000 tokens on q1's replica, which the report lacks
+    q1_on = first["ranked"][0]
+    assert second["replicas"][q1_on]["reported"]["pending_prefill_tokens"] == 0
+    assert second["replicas"][q1_on]["believed"]["pending_prefill_tokens"] == 2000
+    assert second["ranked"][0] != q1_on
+
+
 def test_a_request_told_to_wait_releases_its_earlier_tentative_placement():
     import asyncio
     from types import SimpleNamespace
