@@ -66,12 +66,11 @@ def replay_slowest(
     if len(repeats) > 1:
         raise ValueError(f"records of one replay expected, got repetitions {sorted(repeats)}")
     ttfts = [q.first_token_s - q.sent_s for q in served]
-    rows = slowest_requests(served, prefill_s, count) if served else []
     return {
         "repeat": next(iter(repeats), 0),
         "num_requests": len(served),
         "ttft_p99_sim_s": float(np.percentile(ttfts, 99)) if ttfts else None,
-        "slowest": [row.model_dump(mode="json") for row in rows],
+        "slowest": [row.model_dump(mode="json") for row in slowest_requests(served, prefill_s, count)],
     }
 
 
