@@ -56,6 +56,7 @@ from .routing_workload import (
     bench_app_config,
     bench_prefill_seconds,
     describe_slice,
+    format_hit_ceiling,
     load_slice,
     ttft_floors_by_request,
 )
@@ -71,7 +72,8 @@ RATIONALE = (
     "Outputs are capped at 128 tokens so that Ray's per-chunk streaming cost (one chunk per verify step per "
     "request through replica, ingress and proxy) stays within 2 CPU cores; prompts, and so prefill, prefix "
     "sharing and KV use, are the trace's own. engine_time_scale 0.5: the twin runs at half a GPU's speed "
-    "in wall time. p99 TTFT cannot go below `slice.ttft_floor_p99_sim_s` (no queueing, ideal cache)."
+    "in wall time. p99 TTFT cannot go below `slice.ttft_floor_p99_sim_s` (no queueing, ideal cache), nor "
+    "the prefix-hit rate above `slice.prefix_hit_ceiling` (the same ideal cache)."
 )
 HELP = (
     "compare routers (Ray pow2, cache_aware, ours) through real Ray Serve on simulated replicas; starts its "
@@ -370,6 +372,9 @@ def routing_main(args) -> int:
         for name, ceiling in result["ttft_p99_reduction_ceiling"].items():
             if ceiling is not None:
                 print(f"ceiling vs {name}: at most {ceiling:.3f} (p99 at the slice's floor, {floor:.2f} simulated s)")
+        hit_ceiling = format_hit_ceiling([result["slice"]])
+        if hit_ceiling is not None:
+            print(hit_ceiling)
         for line in format_ray_slowest(result.get("slowest", {})):
             print(line)
         print(f"total wall time {result['wall_s']:.0f} s")

@@ -51,6 +51,24 @@ class ReplicaFigures(BaseModel):
     peak_state_utilization: float
 
 
+class FailedRequest(BaseModel):
+    """A request of the replay that got no complete answer, as the client recorded it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    request_id: str = Field(description="The trace's request id.")
+    replay: int = Field(description="The replay it belongs to, from 0.")
+    error_kind: str
+    error: str | None
+    replica: str = Field(description="x-dspine-replica of the answer, if one came.")
+    sent_s: float = Field(description="Send time after the replay started, wall seconds.")
+    ttft_s: float | None = Field(description="Its first token after sending, if one came (wall seconds).")
+    prompt_tokens: int
+
+
+MAX_FAILED_LISTED = 20
+
+
 class RouterFigures(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -59,6 +77,9 @@ class RouterFigures(BaseModel):
     num_requests: int
     num_ok: int
     errors: dict[str, int] = Field(default_factory=dict, description="Failed requests by kind.")
+    failed: list[FailedRequest] = Field(
+        default_factory=list, description=f"The first {MAX_FAILED_LISTED} failed requests, in order of sending."
+    )
     wall_s: float = Field(description="First send to last end, wall seconds.")
     ttft_p50_s: float | None
     ttft_p99_s: float | None
@@ -107,6 +128,20 @@ def _scaled(value: float | None, factor: float) -> float | None:
 def _hit_rate(hit: int, prefilled: int) -> float | None:
     total = hit + prefilled
     return hit / total if total > 0 else None
+
+
+def failed_requests(records: list[RequestRecord]) -> list[FailedRequest]:
+    """The first MAX_FAILED_LISTED failed records, in order of (replay, sending)."""
+    failed = sorted((r for r in records if not r.ok), key=lambda r: (r.repetition, r.start_offset_s))
+    return [
+        FailedRequest(
+            request_id=r.trace_request_id, replay=r.repetition,
+            error_kind=f"http_{r.http_status}" if r.error_kind == "http_error" else str(r.error_kind),
+            error=r.error, replica=r.replica, sent_s=r.start_offset_s, ttft_s=r.ttft_s,
+            prompt_tokens=r.prompt_tokens,
+        )  # fmt: skip
+        for r in failed[:MAX_FAILED_LISTED]
+    ]
 
 
 def router_figures(
@@ -161,6 +196,7 @@ def router_figures(
         num_requests=len(records),
         num_ok=len(ok),
         errors=dict(errors),
+        failed=failed_requests(records),
         wall_s=wall_s,
         ttft_p50_s=ttft_p50,
         ttft_p99_s=ttft_p99,
@@ -263,6 +299,14 @@ def format_table(figures: dict[str, RouterFigures], checks: list[Goal]) -> str:
             p99s = " / ".join(_fmt(v) for v in f.ttft_p99_s_by_replay)
             hits = " / ".join(_fmt(v, "{:.3f}") for v in f.prefix_hit_rate_by_replay)
             lines.append(f"{name:<12} per replay: TTFT p99 {p99s}; hit {hits}")
+    for name, f in figures.items():
+        for r in f.failed:
+            first = "no first token" if r.ttft_s is None else f"first token after {r.ttft_s:.2f} s"
+            where = f" on replica {r.replica}" if r.replica else ""
+            lines.append(
+                f"{name:<12} failed: {r.request_id} (replay {r.replay + 1}, {r.prompt_tokens} prompt tokens, sent at "
+                f"{r.sent_s:.1f} s{where}, {first}): {r.error_kind}: {r.error or '-'}"
+            )
     for goal in checks:
         lines.append(f"goal {goal.name}: {_fmt(goal.value, '{:.3f}')} (target {goal.target}) {'met' if goal.met else 'NOT met'}")
     return "\n".join(lines)

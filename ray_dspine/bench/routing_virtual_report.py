@@ -21,7 +21,7 @@ from .paired import PairedGoal, format_paired, paired_goals
 from .routing_results import OURS, P99_CUT_TARGETS, goals_from, reduction
 from .routing_tail import ListedReplay, SlowRequest, format_tail
 from .routing_virtual import VirtualFigures, mean_or_none, replay_virtual
-from .routing_workload import RoutingBenchSettings, describe_slice, ttft_floors_by_request
+from .routing_workload import RoutingBenchSettings, describe_slice, format_hit_ceiling, ttft_floors_by_request
 from .traces.model import TraceRequest
 
 MEAN_FIELDS = ("ttft_p50_sim_s", "ttft_p99_sim_s", "ttft_excess_p99_sim_s", "e2e_p99_sim_s", "prefix_hit_rate")
@@ -145,6 +145,9 @@ def format_virtual_table(result: dict) -> str:
     for name, ceiling in result["ttft_p99_reduction_ceiling"].items():
         if ceiling is not None:
             lines.append(f"ceiling vs {name}: at most {ceiling:.3f}")
+    hit_ceiling = format_hit_ceiling(result.get("slices", []))
+    if hit_ceiling is not None:
+        lines.append(hit_ceiling)
     for name, ceilings in result.get("ttft_p99_reduction_ceiling_by_run", {}).items():
         known = [c for c in ceilings if c is not None]
         if known and name in P99_CUT_TARGETS:

@@ -15,6 +15,10 @@ TTFT floor (what no router can beat): with no queueing and an ideal prefix cache
 any earlier request of the slice sent, request i (P_i prompt tokens as the ingress estimates them,
 B = 512-token blocks, h_i = leading blocks of its prompt seen before, capped at floor((P_i - 1) / B))
 needs its own prefill step: floor_i = base_ms + per_token_ms * (P_i - h_i * B) (step_model.py).
+Prefix-hit ceiling (what no router can beat either): the same ideal cache's hit rate,
+    hit_ceiling = sum_i h_i * B / sum_i P_i,
+and the part of it a conversation's own earlier turns give: the same with h_i counted over the blocks
+of earlier requests of i's session only (the rest is reuse across conversations, e.g. a shared document).
 
 App rule: one pool `bench` of `num_replicas` simulated replicas sized by the capacity plan of
 `capacity` (the DSpine pool of clusters/sim.yaml), every reasoning level routed to it,
@@ -22,7 +26,7 @@ max_ongoing_requests = the plan's running-request limit, and `RouterConfig(polic
 p under test, its GPU-second defaults (ttft_tolerance_s, ttft_tolerance_cached_max_s,
 memory_wait_tolerance_s, latency_slack_s, ttft_indifference_s) times engine_time_scale; nothing else
 differs between routers.
-Complexity: O(n log n) for n trace requests; the floor O(total prompt characters).
+Complexity: O(n log n) for n trace requests; the floor and the hit ceiling O(total prompt characters).
 """
 
 from __future__ import annotations
@@ -202,29 +206,68 @@ def bench_prefill_seconds(settings: RoutingBenchSettings) -> Callable[[int], flo
     return lambda uncached_tokens: prefill_step_ms(profile, uncached_tokens) / 1000.0
 
 
-def ttft_floors_by_request(requests: list[TraceRequest], settings: RoutingBenchSettings) -> dict[str, float]:
-    """The floor rule: trace request id -> floor (simulated seconds), in arrival order."""
-    profile = load_profile(settings.profile)
+@dataclass(frozen=True)
+class IdealCache:
+    """One request under the ideal prefix cache: its prompt and the tokens each cache rule covers."""
+
+    prompt_tokens: int
+    hit_tokens: int  # h_i * B: leading blocks any earlier request of the slice sent
+    session_hit_tokens: int  # the same over earlier requests of its own session
+
+
+def ideal_cache_by_request(requests: list[TraceRequest]) -> dict[str, IdealCache]:
+    """The ideal cache of the floor and hit-ceiling rules: trace request id -> IdealCache, in arrival order."""
     client = ClientSettings(endpoint="http://unused", model=BENCH_MODEL)
     block_tokens = PREFIX_BLOCK_CHARS // CHARS_PER_TOKEN
     seen: set[str] = set()
-    floors: dict[str, float] = {}
+    seen_by_session: dict[str, set[str]] = {}
+    out: dict[str, IdealCache] = {}
     for request in sorted(requests, key=lambda r: r.arrival_s):
         view = ingress_view(request, client)
-        hashes, prompt_tokens = view.prefix_hashes, view.prompt_tokens
-        num_hit = 0
-        for block_hash in hashes:
-            if block_hash not in seen:
-                break
-            num_hit += 1
-        num_hit = min(num_hit, (prompt_tokens - 1) // block_tokens)
-        floors[request.request_id] = prefill_step_ms(profile, prompt_tokens - num_hit * block_tokens) / 1000.0
-        seen.update(hashes)
-    return floors
+        own = seen_by_session.setdefault(request.session_id, set())
+        cap = (view.prompt_tokens - 1) // block_tokens
+        out[request.request_id] = IdealCache(
+            prompt_tokens=view.prompt_tokens,
+            hit_tokens=min(_leading_run(view.prefix_hashes, seen), cap) * block_tokens,
+            session_hit_tokens=min(_leading_run(view.prefix_hashes, own), cap) * block_tokens,
+        )
+        seen.update(view.prefix_hashes)
+        own.update(view.prefix_hashes)
+    return out
+
+
+def _leading_run(hashes: tuple[str, ...], seen: set[str]) -> int:
+    count = 0
+    for block_hash in hashes:
+        if block_hash not in seen:
+            break
+        count += 1
+    return count
+
+
+def ttft_floors_by_request(requests: list[TraceRequest], settings: RoutingBenchSettings) -> dict[str, float]:
+    """The floor rule: trace request id -> floor (simulated seconds), in arrival order."""
+    profile = load_profile(settings.profile)
+    return {
+        request_id: prefill_step_ms(profile, ideal.prompt_tokens - ideal.hit_tokens) / 1000.0
+        for request_id, ideal in ideal_cache_by_request(requests).items()
+    }
+
+
+def prefix_hit_ceilings(requests: list[TraceRequest]) -> dict[str, float | None]:
+    """The hit-ceiling rule: the ideal cache's hit rate, and the part within conversations."""
+    ideal = list(ideal_cache_by_request(requests).values())
+    prompt = sum(i.prompt_tokens for i in ideal)
+    if prompt == 0:
+        return {"prefix_hit_ceiling": None, "prefix_hit_ceiling_within_sessions": None}
+    return {
+        "prefix_hit_ceiling": sum(i.hit_tokens for i in ideal) / prompt,
+        "prefix_hit_ceiling_within_sessions": sum(i.session_hit_tokens for i in ideal) / prompt,
+    }
 
 
 def describe_slice(requests: list[TraceRequest], settings: RoutingBenchSettings) -> dict:
-    """Size of the slice and its TTFT floor, for the JSON."""
+    """Size of the slice, its TTFT floor and its prefix-hit ceiling, for the JSON."""
     floors = np.asarray(ttft_floor_sim_s(requests, settings) or [0.0])
     span = max((r.arrival_s for r in requests), default=0.0)
     return {
@@ -235,7 +278,21 @@ def describe_slice(requests: list[TraceRequest], settings: RoutingBenchSettings)
         "mean_prompt_tokens": float(np.mean([r.prompt_tokens for r in requests])) if requests else 0.0,
         "ttft_floor_p50_sim_s": float(np.percentile(floors, 50)),
         "ttft_floor_p99_sim_s": float(np.percentile(floors, 99)),
+        **prefix_hit_ceilings(requests),
     }
+
+
+def format_hit_ceiling(infos: list[dict]) -> str | None:
+    """One line on the slices' prefix-hit ceiling (mean over `infos`, each from describe_slice)."""
+    known = [i for i in infos if i.get("prefix_hit_ceiling") is not None]
+    if not known:
+        return None
+    ceiling = sum(i["prefix_hit_ceiling"] for i in known) / len(known)
+    own = sum(i["prefix_hit_ceiling_within_sessions"] for i in known) / len(known)
+    return (
+        f"prefix-hit ceiling: {ceiling:.3f} (every earlier block of the slice cached; "
+        f"{own:.3f} of it from each conversation's own earlier turns)"
+    )
 
 
 def gpu_seconds_in_wall_time(engine_time_scale: float) -> dict[str, float]:

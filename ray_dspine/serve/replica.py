@@ -4,6 +4,11 @@ Glue only: it starts the engine, forwards `generate`, stamps the first chunk wit
 and decode path, turns engine refusals into error chunks (no exception crosses the handle), reports
 load to the router (`record_routing_stats`) and lets an operator switch the drafter off live
 (`user_config: {drafter_enabled: false}`).
+Every method Ray calls is `async def`, so it runs on the replica's event loop, where the engine and
+the stats window live: Ray Serve runs a plain `def` method in a worker thread
+(RAY_SERVE_RUN_SYNC_IN_THREADPOOL, on by default), and an engine's `load()` advances its state and
+wakes its streams (the simulated engine's asyncio queues), which from another thread can lose a
+wake-up and leave a stream waiting forever.
 """
 
 from __future__ import annotations
@@ -62,14 +67,14 @@ class EngineReplica:
         finally:
             await stream.aclose()
 
-    def record_routing_stats(self) -> dict:
+    async def record_routing_stats(self) -> dict:
         load = self.engine.load()
         self.metrics.record(load)
         stats = load.model_dump()
         stats["reported_at_s"] = time.time()
         return stats
 
-    def record_autoscaling_stats(self) -> dict[str, float]:
+    async def record_autoscaling_stats(self) -> dict[str, float]:
         """Windowed throughput, latency-SLO misses, acceptance and memory pressure for the autoscaler."""
         return self.window.snapshot(self.engine.load())
 
@@ -82,17 +87,17 @@ class EngineReplica:
         elif not self.engine.load().healthy:
             raise RuntimeError(f"engine of pool {self.pool.name} is unhealthy")
 
-    def reconfigure(self, user_config: dict) -> None:
+    async def reconfigure(self, user_config: dict) -> None:
         enabled = user_config.get("drafter_enabled", True)
         if not isinstance(enabled, bool):
             raise ValueError("user_config.drafter_enabled must be true or false")
         self.engine.set_drafter_enabled(enabled)
         log.info("pool %s replica %s: drafter %s", self.pool.name, self.replica_id, "on" if enabled else "off")
 
-    def describe(self) -> dict:
+    async def describe(self) -> dict:
         return {"pool": self.pool.name, "replica": self.replica_id, **self.engine.describe()}
 
-    def load(self) -> dict:
+    async def load(self) -> dict:
         return self.engine.load().model_dump()
 
     async def __del__(self):

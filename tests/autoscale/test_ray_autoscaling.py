@@ -86,7 +86,7 @@ class SimAutoscaledReplica:
             self.stats.record_finished(first - started, time.monotonic() - first, usage)
         return {"finish_reason": finish, "tokens": tokens}
 
-    def record_autoscaling_stats(self) -> dict[str, float]:
+    async def record_autoscaling_stats(self) -> dict[str, float]:
         return self.stats.snapshot(self.engine.load())
 
 

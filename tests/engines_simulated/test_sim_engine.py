@@ -274,3 +274,22 @@ def test_rule_load_counts_the_progress_of_a_prefill_the_driver_is_sleeping_throu
     # prefill step: 20 ms + 0.1 ms x 10,000 tokens = 1.02 s; 0.51 s in, half of it is left
     assert at_start == 10_000
     assert halfway == 5_000
+
+
+def test_rule_load_refuses_a_thread_other_than_the_event_loops():
+    clock = FakeClock()
+    config = SimulatedEngineConfig(profile="round", workload="full", drafter="none", total_kv_tokens=1000)
+
+    async def main():
+        engine = SimulatedEngine(config, clock=clock, sleep=clock.sleep, profile=round_profile())
+        await engine.start()
+        on_loop = engine.load()
+        with pytest.raises(RuntimeError, match="thread other than its event loop"):
+            await asyncio.to_thread(engine.load)
+        await engine.stop()
+        after_stop = await asyncio.to_thread(engine.load)  # no driver: nothing to advance, any thread may read
+        return on_loop, after_stop
+
+    on_loop, after_stop = asyncio.run(main())
+    assert on_loop.healthy and on_loop.free_kv_tokens == 1000
+    assert not after_stop.healthy

@@ -11,6 +11,8 @@ from ray_dspine.bench.routing_results import format_table, goals, reduction, red
 from ray_dspine.bench.routing_workload import (
     RoutingBenchSettings,
     bench_app_config,
+    format_hit_ceiling,
+    prefix_hit_ceilings,
     session_kept,
     slice_requests,
     ttft_floor_sim_s,
@@ -63,6 +65,27 @@ def test_rule_ttft_floor_counts_only_uncached_prompt_tokens():
     requests = [trace_request("r0", "s0", 0.0, first), trace_request("r1", "s1", 1.0, second)]
     floors = ttft_floor_sim_s(requests, RoutingBenchSettings())
     assert floors == pytest.approx([0.12917, 0.07797])
+
+
+def test_rule_prefix_hit_ceiling_over_the_ideal_cache():
+    # Prompts as in the floor test: r0 (session s0) 1,027 tokens, nothing seen; r1 (session s1) 1,539 tokens,
+    # its first 2 blocks seen in r0 (1,024 tokens), none in its own session; r2 repeats r0's text in s0:
+    # 1,027 tokens, capped at (1,027 - 1) // 512 = 2 blocks, seen both in the slice and in s0 (1,024).
+    # Ceiling (1,024 + 1,024) / (1,027 + 1,539 + 1,027) = 2,048 / 3,593; within sessions 1,024 / 3,593.
+    first = "a" * 4096
+    requests = [
+        trace_request("r0", "s0", 0.0, first),
+        trace_request("r1", "s1", 1.0, first + "b" * 2048),
+        trace_request("r2", "s0", 2.0, first),
+    ]
+    ceilings = prefix_hit_ceilings(requests)
+    assert ceilings["prefix_hit_ceiling"] == pytest.approx(2048 / 3593)
+    assert ceilings["prefix_hit_ceiling_within_sessions"] == pytest.approx(1024 / 3593)
+    line = format_hit_ceiling([{**ceilings}, {"prefix_hit_ceiling": 0.3, "prefix_hit_ceiling_within_sessions": 0.15}])
+    # the mean over the two slices: (0.570 + 0.3) / 2 = 0.435, (0.285 + 0.15) / 2 = 0.217
+    assert line is not None and line.startswith("prefix-hit ceiling: 0.435 ") and "0.217 of it" in line
+    assert prefix_hit_ceilings([]) == {"prefix_hit_ceiling": None, "prefix_hit_ceiling_within_sessions": None}
+    assert format_hit_ceiling([{"prefix_hit_ceiling": None}]) is None
 
 
 def test_rule_app_differs_only_in_router_policy():
@@ -123,6 +146,21 @@ def test_rule_router_figures():
     assert (f.num_ok, f.errors, f.num_waited_for_memory, f.num_evicted_cache_blocks) == (3, {"http_503": 1}, 1, 4)
     assert [r.peak_kv_utilization for r in f.replicas] == [0.4, 0.6]
     assert f.ttft_excess_p99_sim_s is None  # no floors given
+    # the failed request is listed with what the client saw: r3, sent at 3.0 s, answered 503 "busy"
+    assert [(r.request_id, r.error_kind, r.error, r.sent_s, r.ttft_s) for r in f.failed] == [
+        ("r3", "http_503", "busy", 3.0, None)
+    ]
+    assert "headroom     failed: r3 (replay 1, 100 prompt tokens, sent at 3.0 s, no first token): http_503: busy" in (
+        format_table({"headroom": f}, [])
+    )
+
+
+def test_rule_failed_requests_listed_first_twenty_in_sending_order():
+    records = [record(i, None, 0.5, 0, None, error="busy") for i in range(25)]
+    records = list(reversed(records))  # the client hands them back in completion order
+    f = router_figures("headroom", "ours", records, [], 0.5)
+    assert f.errors == {"http_503": 25}
+    assert [r.request_id for r in f.failed] == [f"r{i}" for i in range(20)]
 
 
 def test_rule_ttft_excess_over_each_requests_floor():

@@ -12,6 +12,11 @@ load() first brings the core up to the present (completing due steps, dispatchin
 report made while the driver sleeps through a long prefill counts that prefill's progress so far, as a
 chunked-prefill engine's report would; without it the core's clock stops at the step's start and the
 report repeats the whole prefill until the step ends.
+Thread rule: the core, the driver and the streams' asyncio queues belong to the event loop that ran
+start(); load() advances the core and wakes streams, so it runs only on that loop's thread and refuses
+(RuntimeError) a call from any other thread while the driver runs: a queue woken from another thread
+can lose the wake-up and leave its stream waiting forever (Ray Serve runs a replica's plain `def`
+methods in worker threads; the replica's methods that call load() are `async def` for this).
 load() reports in wall time, as a real engine would, because routers age reports and drain backlogs
 by the wall clock: prefill_tokens_per_s = the core's rate / time_scale and decode_step_ms = the
 core's step * time_scale (token and request counts are not scaled).
@@ -24,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -73,6 +79,7 @@ class SimulatedEngine:
         self._clock_at_start = 0.0
         self._drafter_enabled = True
         self._failure: str | None = None
+        self._loop_thread: int | None = None
 
     @property
     def core(self) -> SimReplicaCore | None:
@@ -89,6 +96,7 @@ class SimulatedEngine:
         self._core = SimReplicaCore(self.config, self._profile, self._rng or random.Random(self.config.seed))
         self._core.set_drafter_enabled(self._drafter_enabled)
         self._clock_at_start = self._clock()
+        self._loop_thread = threading.get_ident()
         self._wake = asyncio.Event()
         self._task = asyncio.create_task(self._drive(), name="simulated-engine-driver")
 
@@ -169,6 +177,11 @@ class SimulatedEngine:
         if self._core is None:
             return LoadSnapshot(healthy=False, engine="simulated")
         if self._failure is None and self._task is not None:
+            if threading.get_ident() != self._loop_thread:
+                raise RuntimeError(
+                    "SimulatedEngine.load() was called from a thread other than its event loop's; call it "
+                    "on the loop (from an `async def` method of the replica), or the streams can stall"
+                )
             try:
                 self._catch_up()
             except Exception as exc:

@@ -1,0 +1,54 @@
+"""EngineReplica's methods that Ray calls run on the replica's event loop (replica.py's docstring).
+
+Ray Serve 2.60 runs a replica's plain `def` methods in worker threads (RAY_SERVE_RUN_SYNC_IN_THREADPOOL,
+on by default) and awaits `async def` ones on the replica's loop, where the engine lives.
+"""
+
+import asyncio
+import inspect
+from pathlib import Path
+
+from ray_dspine.config_io import load_app_configs
+from ray_dspine.engines.protocol import GenerateRequest
+from ray_dspine.serve.replica import EngineReplica
+
+SIM_YAML = Path(__file__).resolve().parents[2] / "clusters" / "sim.yaml"
+CALLED_BY_RAY = (
+    "record_routing_stats", "record_autoscaling_stats", "load", "describe", "reconfigure", "generate", "check_health"
+)
+
+
+def dspine_pool():
+    (_name, config), = load_app_configs(SIM_YAML)
+    pool = next(p for p in config.pools if p.name == "dspine")
+    return pool.model_copy(update={"engine": pool.engine.model_copy(update={"time_scale": 0.01})})
+
+
+def test_rule_every_method_ray_calls_runs_on_the_event_loop():
+    for name in CALLED_BY_RAY:
+        method = getattr(EngineReplica, name)
+        assert inspect.iscoroutinefunction(method) or inspect.isasyncgenfunction(method), name
+
+
+def test_routing_stats_while_a_stream_runs_come_from_the_engine_on_the_loop():
+    async def main():
+        replica = EngineReplica.__new__(EngineReplica)
+        await replica.__init__(dspine_pool())
+        request = GenerateRequest(
+            request_id="r1", prompt="hello " * 400, max_tokens=400, estimated_prompt_tokens=600, pool="dspine"
+        )
+        stream = replica.generate(request)
+        first = await stream.__anext__()
+        stats = await replica.record_routing_stats()
+        rest = [chunk async for chunk in stream]
+        after = await replica.record_routing_stats()
+        await replica.engine.stop()
+        return first, stats, rest, after
+
+    first, stats, rest, after = asyncio.run(main())
+    assert first.replica == "local" and first.num_tokens == 1
+    assert stats["num_running"] == 1 and stats["healthy"] and "reported_at_s" in stats
+    # the running request holds its prompt and max_tokens of KV: 600 + 400 of sim.yaml's pool
+    assert stats["free_kv_tokens"] == stats["total_kv_tokens"] - 1000
+    assert rest[-1].finish_reason == "length" and sum(c.num_tokens for c in rest) == 399
+    assert after["num_running"] == 0
