@@ -247,16 +247,20 @@ def _leading_run(hashes: tuple[str, ...], seen: set[str]) -> int:
 
 def ttft_floors_by_request(requests: list[TraceRequest], settings: RoutingBenchSettings) -> dict[str, float]:
     """The floor rule: trace request id -> floor (simulated seconds), in arrival order."""
+    return _floors(ideal_cache_by_request(requests), settings)
+
+
+def _floors(ideal: dict[str, IdealCache], settings: RoutingBenchSettings) -> dict[str, float]:
     profile = load_profile(settings.profile)
-    return {
-        request_id: prefill_step_ms(profile, ideal.prompt_tokens - ideal.hit_tokens) / 1000.0
-        for request_id, ideal in ideal_cache_by_request(requests).items()
-    }
+    return {rid: prefill_step_ms(profile, i.prompt_tokens - i.hit_tokens) / 1000.0 for rid, i in ideal.items()}
 
 
 def prefix_hit_ceilings(requests: list[TraceRequest]) -> dict[str, float | None]:
     """The hit-ceiling rule: the ideal cache's hit rate, and the part within conversations."""
-    ideal = list(ideal_cache_by_request(requests).values())
+    return _ceilings(list(ideal_cache_by_request(requests).values()))
+
+
+def _ceilings(ideal: list[IdealCache]) -> dict[str, float | None]:
     prompt = sum(i.prompt_tokens for i in ideal)
     if prompt == 0:
         return {"prefix_hit_ceiling": None, "prefix_hit_ceiling_within_sessions": None}
@@ -267,8 +271,9 @@ def prefix_hit_ceilings(requests: list[TraceRequest]) -> dict[str, float | None]
 
 
 def describe_slice(requests: list[TraceRequest], settings: RoutingBenchSettings) -> dict:
-    """Size of the slice, its TTFT floor and its prefix-hit ceiling, for the JSON."""
-    floors = np.asarray(ttft_floor_sim_s(requests, settings) or [0.0])
+    """Size of the slice, its TTFT floor and its prefix-hit ceiling, for the JSON (one walk of the ideal cache)."""
+    ideal = ideal_cache_by_request(requests)
+    floors = np.asarray(list(_floors(ideal, settings).values()) or [0.0])
     span = max((r.arrival_s for r in requests), default=0.0)
     return {
         "num_requests": len(requests),
@@ -278,7 +283,7 @@ def describe_slice(requests: list[TraceRequest], settings: RoutingBenchSettings)
         "mean_prompt_tokens": float(np.mean([r.prompt_tokens for r in requests])) if requests else 0.0,
         "ttft_floor_p50_sim_s": float(np.percentile(floors, 50)),
         "ttft_floor_p99_sim_s": float(np.percentile(floors, 99)),
-        **prefix_hit_ceilings(requests),
+        **_ceilings(list(ideal.values())),
     }
 
 
