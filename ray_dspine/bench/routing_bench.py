@@ -21,7 +21,8 @@ draws the trade; with `--sweep-load` it replays every router at several multiple
 (routing_load_sweep.py) and `--plot` draws p99 TTFT and hits against load; otherwise `--plot` draws
 the paired goals (paired_plot.py). `--tail N`, through Ray or in virtual time, lists each replay's N
 slowest requests with what held each up (routing_tail.py, routing_ray_tail.py), so a p99 can be read
-request by request.
+request by request. Every replay also gets its order-preserving bound (routing_order_bound.py): the p99
+of one first-come-first-served queue over the pool with an ideal cache, on that replay's arrivals.
 Bad flags and an empty or missing slice are reported as `error: argument --flag: ...`, exit status 2,
 before Ray starts.
 """
@@ -46,7 +47,17 @@ from .records import RequestRecord
 from .replay import ReplayConfig, ReplaySink, replay
 from .paired import PairedGoal, format_paired, paired_goals
 from .routing_ray_tail import format_ray_slowest, slowest_by_router
-from .routing_results import OURS, Goal, RouterFigures, format_table, goals, reduction_ceilings, router_figures
+from .routing_results import (
+    OURS,
+    Goal,
+    RouterFigures,
+    format_order_bound,
+    format_table,
+    goals,
+    order_bound_reductions,
+    reduction_ceilings,
+    router_figures,
+)
 from .routing_workload import (
     BENCH_MODEL,
     BENCH_POOL,
@@ -275,7 +286,9 @@ def run_bench(settings: RoutingBenchSettings, tail: int = 0) -> tuple[dict, dict
             these_records, these_counters = replay_router(policy, endpoint, requests, settings, rep)
             records[policy].extend(these_records)
             counters[policy].extend(these_counters)
-            f = router_figures(policy, policy, these_records, these_counters, settings.engine_time_scale, floors)
+            f = router_figures(
+                policy, policy, these_records, these_counters, settings.engine_time_scale, floors, settings.num_replicas
+            )
             hit = "-" if f.prefix_hit_rate is None else f"{f.prefix_hit_rate:.3f}"
             p99 = "-" if f.ttft_p99_s is None else f"{f.ttft_p99_s:.2f}"
             excess = "-" if f.ttft_excess_p99_sim_s is None else f"{f.ttft_excess_p99_sim_s:.2f}"
@@ -289,7 +302,7 @@ def run_bench(settings: RoutingBenchSettings, tail: int = 0) -> tuple[dict, dict
         cluster.stop_cluster()
     figures = {
         policy: router_figures(policy, ROUTER_LABELS.get(policy, policy), records[policy], counters[policy],
-                               settings.engine_time_scale, floors)  # fmt: skip
+                               settings.engine_time_scale, floors, settings.num_replicas)  # fmt: skip
         for policy in settings.routers
     }
     checks = goals(figures)
@@ -308,6 +321,7 @@ def run_bench(settings: RoutingBenchSettings, tail: int = 0) -> tuple[dict, dict
         "goals": [g.model_dump(mode="json") for g in checks],
         "paired_goals": [g.model_dump(mode="json") for g in paired],
         "ttft_p99_reduction_ceiling": reduction_ceilings(figures, slice_info["ttft_floor_p99_sim_s"]),
+        "ttft_p99_reduction_order_bound_by_replay": order_bound_reductions(figures, settings.engine_time_scale),
         "all_goals_met": all(g.met for g in checks) if checks else None,
     }
     if tail > 0:
@@ -375,6 +389,8 @@ def routing_main(args) -> int:
         hit_ceiling = format_hit_ceiling([result["slice"]])
         if hit_ceiling is not None:
             print(hit_ceiling)
+        for line in format_order_bound(figures, result["ttft_p99_reduction_order_bound_by_replay"]):
+            print(line)
         for line in format_ray_slowest(result.get("slowest", {})):
             print(line)
         print(f"total wall time {result['wall_s']:.0f} s")

@@ -7,6 +7,12 @@ Rules (ok = a request that finished without error; every replica of the pool is 
                floor(q)), floor(q) = the request's own prefill with an ideal cache and no queueing
                (routing_workload.py): the part of TTFT a router can change (queueing, lost cache
                hits, overheads), which raw p99 hides when the largest prompts set it.
+  order bound  ttft_order_bound_p99_sim_s_by_replay = for each replay, order_bound_p99 of routing_order_bound.py
+               over its ok requests that have a floor, each arriving at start_offset_s / engine_time_scale
+               (simulated seconds on the client's clock), on the pool's num_replicas: the p99 no router
+               that starts requests in their order of arrival can beat on that replay's arrivals.
+               order_bound_reductions: replay i, 1 - ours' bound in replay i / baseline's p99 in replay i
+               (simulated seconds), as the ceiling is taken against the floor.
   replays      records carry their replay in `repetition`; every figure pools all replays' requests
                and replicas (p99 over 3 x 419 requests is steadier than over 419);
                ttft_p99_s_by_replay gives each replay's own p99 and prefix_hit_rate_by_replay its own
@@ -37,6 +43,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from .records import RequestRecord
+from .routing_order_bound import order_bound_p99
 
 OURS = "headroom"
 
@@ -89,6 +96,11 @@ class RouterFigures(BaseModel):
     e2e_p99_sim_s: float | None
     ttft_excess_p99_sim_s: float | None = Field(
         default=None, description="p99 of TTFT minus the request's own TTFT floor, simulated seconds."
+    )
+    ttft_order_bound_p99_sim_s_by_replay: list[float | None] = Field(
+        default_factory=list,
+        description="Each replay's order-preserving bound on p99 TTFT, simulated seconds: one first-come-first-"
+        "served queue over the pool with the ideal cache, on that replay's arrivals (routing_order_bound.py).",
     )
     output_tokens_per_s: float
     output_tokens_per_sim_s: float
@@ -151,6 +163,7 @@ def router_figures(
     counters: list[dict],
     engine_time_scale: float,
     floors_sim_s: dict[str, float] | None = None,
+    num_replicas: int | None = None,
 ) -> RouterFigures:
     ok = [r for r in records if r.ok]
     floors = floors_sim_s or {}
@@ -169,6 +182,11 @@ def router_figures(
         _percentile([r.ttft_s for r in rs if r.ok and r.ttft_s is not None], 99) for _, rs in sorted(by_replay.items())
     ]
     hit_by_replay = [_usage_hit_rate([r for r in rs if r.ok]) for _, rs in sorted(by_replay.items())]
+    bound_by_replay = (
+        [_order_bound(rs, floors, engine_time_scale, num_replicas) for _, rs in sorted(by_replay.items())]
+        if num_replicas is not None and floors
+        else []
+    )
     output_tokens = sum(r.output_tokens for r in ok)
     errors = Counter(f"http_{r.http_status}" if r.error_kind == "http_error" else str(r.error_kind) for r in records if not r.ok)
     replicas = []
@@ -217,7 +235,20 @@ def router_figures(
         num_replays=len(by_replay),
         ttft_p99_s_by_replay=p99_by_replay,
         prefix_hit_rate_by_replay=hit_by_replay,
+        ttft_order_bound_p99_sim_s_by_replay=bound_by_replay,
     )
+
+
+def _order_bound(
+    records: list[RequestRecord], floors: dict[str, float], engine_time_scale: float, num_replicas: int
+) -> float | None:
+    """The order-bound rule for one replay's ok requests that have a floor."""
+    arrivals = [
+        (r.start_offset_s / engine_time_scale, floors[r.trace_request_id])
+        for r in records
+        if r.ok and r.trace_request_id in floors
+    ]
+    return order_bound_p99(arrivals, num_replicas)
 
 
 def _usage_hit_rate(ok: list[RequestRecord]) -> float | None:
@@ -272,6 +303,40 @@ def goals_from(ttft_p99: dict[str, float | None], hit_rate: dict[str, float | No
 def reduction_ceilings(figures: dict[str, RouterFigures], floor_p99_sim_s: float) -> dict[str, float | None]:
     """The ceiling rule for every router other than ours."""
     return {name: reduction(floor_p99_sim_s, f.ttft_p99_sim_s) for name, f in figures.items() if name != OURS}
+
+
+def order_bound_reductions(figures: dict[str, RouterFigures], engine_time_scale: float) -> dict[str, list[float | None]]:
+    """Replay by replay, 1 - ours' order-preserving bound / each baseline's p99 TTFT (simulated seconds):
+    the most a router that starts requests in their order of arrival could cut it, on ours' arrivals."""
+    ours = figures.get(OURS)
+    if ours is None or not ours.ttft_order_bound_p99_sim_s_by_replay:
+        return {}
+    to_sim = 1.0 / engine_time_scale
+    return {
+        name: [
+            reduction(bound, _scaled(p99, to_sim))
+            for bound, p99 in zip(ours.ttft_order_bound_p99_sim_s_by_replay, f.ttft_p99_s_by_replay)
+        ]
+        for name, f in figures.items()
+        if name != OURS
+    }
+
+
+def format_order_bound(figures: dict[str, RouterFigures], reductions: dict[str, list[float | None]]) -> list[str]:
+    """Each router's bound per replay, then what ours' bound allows against each baseline."""
+    lines = []
+    for name, f in figures.items():
+        if f.ttft_order_bound_p99_sim_s_by_replay:
+            bounds = " / ".join(_fmt(b) for b in f.ttft_order_bound_p99_sim_s_by_replay)
+            lines.append(f"{name:<12} order-preserving bound on p99 TTFT per replay: {bounds} simulated s")
+    for name, cuts in reductions.items():
+        if name in P99_CUT_TARGETS and any(c is not None for c in cuts):
+            lines.append(
+                f"order-preserving bound vs {name} per replay: {' / '.join(_fmt(c, '{:.3f}') for c in cuts)} "
+                f"(target {P99_CUT_TARGETS[name]:.2f}: the most a router that starts requests in their order of "
+                "arrival could cut, with an ideal cache and no transport, on ours' arrivals)"
+            )
+    return lines
 
 
 def _fmt(value: float | None, pattern: str = "{:.2f}") -> str:

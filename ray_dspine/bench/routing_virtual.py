@@ -28,10 +28,11 @@ Rules (simulated seconds throughout):
              latency_slack_s, ttft_indifference_s) apply as they are, since the cores report
              simulated-second rates and the clock is simulated.
   figures    TTFT p50/p99 and end-to-end p99 over all requests (percentiles as numpy's linear rule),
-             TTFT excess p99 over each request's floor, prefix-hit rate = hit / (hit + prefilled)
-             tokens over the cores' counters, requests per replica, retractions; with tail = N > 0, the
-             N slowest requests and what held each up (routing_tail.py; cached tokens as each request's
-             engine reported them when it finished).
+             TTFT excess p99 over each request's floor, the order-preserving bound on p99 TTFT over the
+             replay's own arrivals and the floors (routing_order_bound.py), prefix-hit rate =
+             hit / (hit + prefilled) tokens over the cores' counters, requests per replica,
+             retractions; with tail = N > 0, the N slowest requests and what held each up
+             (routing_tail.py; cached tokens as each request's engine reported them when it finished).
 Complexity: O(events * R) for R replicas, plus the policy's cost per decision.
 """
 
@@ -57,6 +58,7 @@ from ..routing.config import RouterConfig
 from ..routing.policies import RoutingPolicy, build_policy
 from ..routing.types import ReplicaView, RequestView
 from .client import ClientSettings
+from .routing_order_bound import order_bound_p99
 from .routing_tail import ServedRequest, SlowRequest, slowest_requests
 from .routing_workload import BENCH_MODEL, RoutingBenchSettings, bench_app_config, ingress_view
 from .traces.model import TraceRequest
@@ -77,6 +79,12 @@ class VirtualFigures(BaseModel):
     ttft_p50_sim_s: float
     ttft_p99_sim_s: float
     ttft_excess_p99_sim_s: float | None
+    ttft_order_bound_p99_sim_s: float | None = Field(
+        default=None,
+        description="p99 TTFT of one first-come-first-served queue over the pool with the ideal cache, on this "
+        "replay's arrivals: no router that starts requests in their order of arrival does better "
+        "(routing_order_bound.py).",
+    )
     e2e_p99_sim_s: float
     prefix_hit_rate: float | None
     num_retractions: int
@@ -276,6 +284,9 @@ def _figures(
     ttft = [first[t.index] - sent[t.index] for t in turns]
     excess = [first[t.index] - sent[t.index] - floors_sim_s[t.request_id] for t in turns if t.request_id in floors_sim_s]
     e2e = [end[t.index] - sent[t.index] for t in turns]
+    bound = order_bound_p99(
+        [(sent[t.index], floors_sim_s[t.request_id]) for t in turns if t.request_id in floors_sim_s], replay.n
+    )
     counters = [core.counters() for core in replay.cores]
     hit = sum(c.num_prefix_hit_tokens for c in counters)
     total = hit + sum(c.num_prefill_tokens for c in counters)
@@ -287,6 +298,7 @@ def _figures(
         ttft_p50_sim_s=float(np.percentile(ttft, 50)),
         ttft_p99_sim_s=float(np.percentile(ttft, 99)),
         ttft_excess_p99_sim_s=float(np.percentile(excess, 99)) if excess else None,
+        ttft_order_bound_p99_sim_s=bound,
         e2e_p99_sim_s=float(np.percentile(e2e, 99)),
         prefix_hit_rate=hit / total if total > 0 else None,
         num_retractions=sum(c.num_retractions for c in counters),

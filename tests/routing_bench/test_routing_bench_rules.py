@@ -7,7 +7,15 @@ import pytest
 
 from ray_dspine.bench.records import RequestRecord
 from ray_dspine.bench.routing_bench import register, settings_from_args, subtract
-from ray_dspine.bench.routing_results import format_table, goals, reduction, reduction_ceilings, router_figures
+from ray_dspine.bench.routing_results import (
+    format_order_bound,
+    format_table,
+    goals,
+    order_bound_reductions,
+    reduction,
+    reduction_ceilings,
+    router_figures,
+)
 from ray_dspine.bench.routing_workload import (
     RoutingBenchSettings,
     bench_app_config,
@@ -171,6 +179,28 @@ def test_rule_ttft_excess_over_each_requests_floor():
     # simulated TTFT = wall / 0.5 = 0.2, 0.4, 0.6 -> excess 0.1, 0.0, 0.5; sorted 0, 0.1, 0.5:
     # p99: h = 2 * 0.99 = 1.98 -> 0.1 + 0.98 * (0.5 - 0.1) = 0.492
     assert f.ttft_excess_p99_sim_s == pytest.approx(0.492)
+
+
+def test_rule_order_bound_per_replay_on_the_ok_requests():
+    records = [record(0, 0.1, 1.0, 10, 0), record(1, 0.2, 2.0, 20, 0), record(2, 0.3, 3.0, 30, 0),
+               record(3, None, 0.5, 0, None, error="busy")]  # fmt: skip
+    floors = {"r0": 3.0, "r1": 1.0, "r2": 0.5, "r3": 9.0}  # r3 failed: left out
+    # Sent at 0, 1, 2 wall s = 0, 2, 4 simulated s (time scale 0.5). One replica: r0 over [0, 3], r1 over
+    # [3, 4] (2 s after it was sent), r2 over [4, 4.5]: TTFTs 3, 2, 0.5 -> p99 2 + 0.98 * 1 = 2.98.
+    one = router_figures("headroom", "ours", records, [], 0.5, floors, num_replicas=1)
+    assert one.ttft_order_bound_p99_sim_s_by_replay == pytest.approx([2.98])
+    # Two replicas: r1 starts when sent (1 s): TTFTs 3, 1, 0.5 -> p99 1 + 0.98 * 2 = 2.96.
+    two = router_figures("headroom", "ours", records, [], 0.5, floors, num_replicas=2)
+    assert two.ttft_order_bound_p99_sim_s_by_replay == pytest.approx([2.96])
+    assert router_figures("headroom", "ours", records, [], 0.5, floors).ttft_order_bound_p99_sim_s_by_replay == []
+    # Against a baseline whose p99 was 2.0 wall s = 4.0 simulated s: 1 - 2.98 / 4 = 0.255.
+    base = one.model_copy(update={"ttft_p99_s_by_replay": [2.0], "ttft_order_bound_p99_sim_s_by_replay": []})
+    cuts = order_bound_reductions({"cache_aware": base, "headroom": one}, 0.5)
+    assert cuts == {"cache_aware": [pytest.approx(0.255)]}
+    assert order_bound_reductions({"cache_aware": base}, 0.5) == {}  # no ours, no bound
+    lines = format_order_bound({"cache_aware": base, "headroom": one}, cuts)
+    assert lines[0] == "headroom     order-preserving bound on p99 TTFT per replay: 2.98 simulated s"
+    assert lines[1].startswith("order-preserving bound vs cache_aware per replay: 0.255 (target 0.15")
 
 
 def test_rule_goals():

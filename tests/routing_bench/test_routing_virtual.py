@@ -44,6 +44,19 @@ def test_rule_ours_keeps_both_requests_at_their_floor_and_hits_the_shared_prefix
     assert sorted(f.requests_per_replica) == [0, 2] and f.num_retractions == 0
 
 
+def test_rule_the_order_bound_queues_the_replays_arrivals_on_one_pool_with_the_ideal_cache():
+    # three cold 1,027-token prompts at t = 0 on two replicas: floors 129.17 ms each. Bound: two start at
+    # once, the third when the first replica frees: TTFTs 0.12917, 0.12917, 0.25834 ->
+    # p99 0.12917 + 0.98 * 0.12917 = 0.2557566. Ours places them so: its p99 is the bound.
+    requests = [trace_request(f"r{i}", f"s{i}", 0.0, letter * 4096) for i, letter in enumerate("acd")]
+    floors = ttft_floors_by_request(requests, SETTINGS)
+    assert floors == pytest.approx({"r0": 0.12917, "r1": 0.12917, "r2": 0.12917})
+    f = replay_virtual(requests, SETTINGS, "headroom", engine_seed=0, floors_sim_s=floors)
+    assert f.ttft_order_bound_p99_sim_s == pytest.approx(0.2557566)
+    assert f.ttft_p99_sim_s == pytest.approx(0.2557566)
+    assert replay_virtual(requests, SETTINGS, "headroom", engine_seed=0, floors_sim_s={}).ttft_order_bound_p99_sim_s is None
+
+
 def test_rule_a_later_turn_is_sent_when_the_earlier_one_ended():
     first = trace_request("r0", "s0", 0.0, "a" * 4096)
     second = trace_request("r1", "s0", 0.001, "a" * 4096 + "b" * 2048).model_copy(update={"turn_index": 1})
@@ -192,6 +205,13 @@ def test_table_counts_the_replays_whose_ceiling_reaches_the_target():
     assert format_virtual_table(result).splitlines()[-1] == (
         "ceiling vs cache_aware by replay: 0.100 to 0.200; a router at the floor reaches the 15% target in 1 of 2 replays"
     )
+    # the order bound against cache_aware: mean of 0.12 and 0.16 = 0.14; one of the two reaches 15%
+    result["ttft_p99_reduction_order_bound_by_run"] = {"cache_aware": [0.12, None, 0.16]}
+    assert format_virtual_table(result).splitlines()[-1] == (
+        "order-preserving bound vs cache_aware: mean cut 0.140, 0.120 to 0.160 by replay; a router that starts "
+        "requests in their order of arrival reaches the 15% target in at most 1 of 2 replays, even with an ideal "
+        "cache (on ours' arrivals)"
+    )
 
 
 def test_cli_virtual_ceiling_by_replay_uses_each_replays_own_slice_floor(capsys, routing_cli, mooncake_trace):
@@ -203,3 +223,8 @@ def test_cli_virtual_ceiling_by_replay_uses_each_replays_own_slice_floor(capsys,
     p99s = [run["ttft_p99_sim_s"] for run in result["runs"]["cache_aware"]]
     expected = [1 - floor / p99 for floor, p99 in zip(floors, p99s)]
     assert result["ttft_p99_reduction_ceiling_by_run"] == {"cache_aware": pytest.approx(expected)}
+    # the order bound: ours' bound in each run against cache_aware's p99 in the same run
+    bounds = [run["ttft_order_bound_p99_sim_s"] for run in result["runs"]["headroom"]]
+    expected = [1 - bound / p99 for bound, p99 in zip(bounds, p99s)]
+    assert result["ttft_p99_reduction_order_bound_by_run"] == {"cache_aware": pytest.approx(expected)}
+    assert all(floor <= bound + 1e-9 for floor, bound in zip(floors, bounds))
