@@ -142,13 +142,18 @@ def _hit_rate(hit: int, prefilled: int) -> float | None:
     return hit / total if total > 0 else None
 
 
+def _error_kind(record: RequestRecord) -> str:
+    """How a failure is counted and listed: http_<status> for an HTTP error, else the client's kind."""
+    return f"http_{record.http_status}" if record.error_kind == "http_error" else str(record.error_kind)
+
+
 def failed_requests(records: list[RequestRecord]) -> list[FailedRequest]:
     """The first MAX_FAILED_LISTED failed records, in order of (replay, sending)."""
     failed = sorted((r for r in records if not r.ok), key=lambda r: (r.repetition, r.start_offset_s))
     return [
         FailedRequest(
             request_id=r.trace_request_id, replay=r.repetition,
-            error_kind=f"http_{r.http_status}" if r.error_kind == "http_error" else str(r.error_kind),
+            error_kind=_error_kind(r),
             error=r.error, replica=r.replica, sent_s=r.start_offset_s, ttft_s=r.ttft_s,
             prompt_tokens=r.prompt_tokens,
         )  # fmt: skip
@@ -188,7 +193,7 @@ def router_figures(
         else []
     )
     output_tokens = sum(r.output_tokens for r in ok)
-    errors = Counter(f"http_{r.http_status}" if r.error_kind == "http_error" else str(r.error_kind) for r in records if not r.ok)
+    errors = Counter(_error_kind(r) for r in records if not r.ok)
     replicas = []
     totals: Counter[str] = Counter()
     for entry in counters:
