@@ -22,7 +22,9 @@ draws the trade; with `--sweep-load` it replays every router at several multiple
 the paired goals (paired_plot.py). `--tail N`, through Ray or in virtual time, lists each replay's N
 slowest requests with what held each up (routing_tail.py, routing_ray_tail.py), so a p99 can be read
 request by request. Every replay also gets its order-preserving bound (routing_order_bound.py): the p99
-of one first-come-first-served queue over the pool with an ideal cache, on that replay's arrivals.
+of one first-come-first-served queue over the pool with an ideal cache, on that replay's arrivals; and
+what its prefix hits lost to that ideal cache, split into first turns, turns that stayed on their
+conversation's replica and turns moved off it (routing_hit_loss.py).
 Bad flags and an empty or missing slice are reported as `error: argument --flag: ...`, exit status 2,
 before Ray starts.
 """
@@ -46,6 +48,7 @@ from .client import ClientSettings, StreamingClient
 from .records import RequestRecord
 from .replay import ReplayConfig, ReplaySink, replay
 from .paired import PairedGoal, format_paired, paired_goals
+from .routing_hit_loss import format_hit_losses, mean_hit_loss
 from .routing_ray_tail import format_ray_slowest, slowest_by_router
 from .routing_results import (
     OURS,
@@ -68,6 +71,7 @@ from .routing_workload import (
     bench_prefill_seconds,
     describe_slice,
     format_hit_ceiling,
+    ideal_hit_tokens,
     load_slice,
     ttft_floors_by_request,
 )
@@ -272,6 +276,7 @@ def run_bench(settings: RoutingBenchSettings, tail: int = 0) -> tuple[dict, dict
     requests = load_bench_slice(settings)
     slice_info = describe_slice(requests, settings)
     floors = ttft_floors_by_request(requests, settings)
+    ideal_hits = ideal_hit_tokens(requests)
     progress(
         f"bench routing: {slice_info['num_requests']} requests in {slice_info['num_sessions']} sessions, "
         f"{len(settings.routers)} routers x {settings.num_replicas} simulated replicas; starting Ray"
@@ -302,7 +307,7 @@ def run_bench(settings: RoutingBenchSettings, tail: int = 0) -> tuple[dict, dict
         cluster.stop_cluster()
     figures = {
         policy: router_figures(policy, ROUTER_LABELS.get(policy, policy), records[policy], counters[policy],
-                               settings.engine_time_scale, floors, settings.num_replicas)  # fmt: skip
+                               settings.engine_time_scale, floors, settings.num_replicas, ideal_hits)  # fmt: skip
         for policy in settings.routers
     }
     checks = goals(figures)
@@ -390,6 +395,9 @@ def routing_main(args) -> int:
         if hit_ceiling is not None:
             print(hit_ceiling)
         for line in format_order_bound(figures, result["ttft_p99_reduction_order_bound_by_replay"]):
+            print(line)
+        losses = {name: mean_hit_loss(f.prefix_hit_loss_by_replay) for name, f in figures.items()}
+        for line in format_hit_losses(losses, settings.repeats):
             print(line)
         for line in format_ray_slowest(result.get("slowest", {})):
             print(line)

@@ -23,6 +23,10 @@ Rules (ok = a request that finished without error; every replica of the pool is 
   prefix hits  prefix_hit_rate = sum_r prefix-hit tokens / sum_r (prefix-hit + prefilled tokens), from
                the replicas' engine counters; prefix_hit_rate_usage = sum cached_prompt_tokens /
                sum prompt_tokens from the answers' usage (a cross-check; equal when every request ended).
+  hit loss     prefix_hit_loss_by_replay = for each replay, routing_hit_loss.py's rules over its ok
+               requests (sent at start_offset_s, replica from the x-dspine-replica header, cached from
+               usage), against the ideal cache's hit tokens per trace request: points of hit rate lost
+               by first turns, by turns that stayed on their conversation's replica, and by turns moved.
   memory       num_waited_for_memory / num_waited_for_state_slots: requests that waited at the head of
                a replica's queue for KV tokens / state slots; num_retractions: running requests pushed
                back for memory; num_evicted_cache_blocks: unreferenced prefix-cache blocks dropped
@@ -38,11 +42,13 @@ Complexity: O(n log n) for n records.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from .records import RequestRecord
+from .routing_hit_loss import HitLoss, PlacedRequest, hit_loss
 from .routing_order_bound import order_bound_p99
 
 OURS = "headroom"
@@ -118,6 +124,11 @@ class RouterFigures(BaseModel):
     prefix_hit_rate_by_replay: list[float | None] = Field(
         default_factory=list, description="Each replay's prefix-hit rate from the answers' usage."
     )
+    prefix_hit_loss_by_replay: list[HitLoss | None] = Field(
+        default_factory=list,
+        description="Each replay's points of hit rate lost to the ideal cache by kind of request, from the "
+        "answers' usage and replica headers (routing_hit_loss.py).",
+    )
 
 
 class Goal(BaseModel):
@@ -169,6 +180,7 @@ def router_figures(
     engine_time_scale: float,
     floors_sim_s: dict[str, float] | None = None,
     num_replicas: int | None = None,
+    ideal_hit_tokens: Mapping[str, int] | None = None,
 ) -> RouterFigures:
     ok = [r for r in records if r.ok]
     floors = floors_sim_s or {}
@@ -191,6 +203,9 @@ def router_figures(
         [_order_bound(rs, floors, engine_time_scale, num_replicas) for _, rs in sorted(by_replay.items())]
         if num_replicas is not None and floors
         else []
+    )
+    loss_by_replay = (
+        [_hit_loss(rs, ideal_hit_tokens) for _, rs in sorted(by_replay.items())] if ideal_hit_tokens is not None else []
     )
     output_tokens = sum(r.output_tokens for r in ok)
     errors = Counter(_error_kind(r) for r in records if not r.ok)
@@ -241,7 +256,19 @@ def router_figures(
         ttft_p99_s_by_replay=p99_by_replay,
         prefix_hit_rate_by_replay=hit_by_replay,
         ttft_order_bound_p99_sim_s_by_replay=bound_by_replay,
+        prefix_hit_loss_by_replay=loss_by_replay,
     )
+
+
+def _hit_loss(records: list[RequestRecord], ideal_hit_tokens: Mapping[str, int]) -> HitLoss | None:
+    """routing_hit_loss.py's rules over one replay's ok requests (sent: the client's send offset)."""
+    placed = [
+        PlacedRequest(r.trace_request_id, r.session_id, r.replica, r.start_offset_s, r.prompt_tokens,
+                      r.cached_prompt_tokens or 0)  # fmt: skip
+        for r in records
+        if r.ok
+    ]
+    return hit_loss(placed, ideal_hit_tokens)
 
 
 def _order_bound(

@@ -31,8 +31,10 @@ Rules (simulated seconds throughout):
              TTFT excess p99 over each request's floor, the order-preserving bound on p99 TTFT over the
              replay's own arrivals and the floors (routing_order_bound.py), prefix-hit rate =
              hit / (hit + prefilled) tokens over the cores' counters, requests per replica,
-             retractions; with tail = N > 0, the N slowest requests and what held each up
-             (routing_tail.py; cached tokens as each request's engine reported them when it finished).
+             retractions; given the ideal cache's hit tokens, what the hits lost to it by kind of
+             request (routing_hit_loss.py); with tail = N > 0, the N slowest requests and what held
+             each up (routing_tail.py). Cached tokens per request: as its engine reported them when it
+             finished.
 Complexity: O(events * R) for R replicas, plus the policy's cost per decision.
 """
 
@@ -41,7 +43,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,6 +60,7 @@ from ..routing.config import RouterConfig
 from ..routing.policies import RoutingPolicy, build_policy
 from ..routing.types import ReplicaView, RequestView
 from .client import ClientSettings
+from .routing_hit_loss import HitLoss, PlacedRequest, hit_loss
 from .routing_order_bound import order_bound_p99
 from .routing_tail import ServedRequest, SlowRequest, slowest_requests
 from .routing_workload import BENCH_MODEL, RoutingBenchSettings, bench_app_config, ingress_view
@@ -87,6 +90,10 @@ class VirtualFigures(BaseModel):
     )
     e2e_p99_sim_s: float
     prefix_hit_rate: float | None
+    prefix_hit_loss: HitLoss | None = Field(
+        default=None,
+        description="Points of hit rate lost to the ideal cache by kind of request (routing_hit_loss.py).",
+    )
     num_retractions: int
     requests_per_replica: list[int] = Field(description="Requests placed on each replica.")
     slowest: list[SlowRequest] = Field(
@@ -215,9 +222,11 @@ def replay_virtual(
     config: RouterConfig | None = None,
     on_progress: Callable[[int], None] | None = None,
     tail: int = 0,
+    ideal_hit_tokens: Mapping[str, int] | None = None,
 ) -> VirtualFigures:
     """Replay the slice once through one router (rules above); `config` overrides the router config;
-    `tail` > 0 also lists that many of the slowest requests."""
+    `tail` > 0 also lists that many of the slowest requests; with `ideal_hit_tokens` (the ideal cache's
+    hit tokens per trace request id, routing_workload.ideal_hit_tokens) the hit loss by kind."""
     turns = _turns(requests, settings)
     replay = _Replay(settings, policy, engine_seed, config)
     sessions: dict[str, list[_Turn]] = {}
@@ -261,6 +270,13 @@ def replay_virtual(
             if not replay.place(turns[index]):
                 waiting.append(turns[index])
     figures = _figures(policy, (settings.seed, engine_seed), turns, replay, sent, first, end, floors_sim_s)
+    if ideal_hit_tokens is not None:
+        placed = [
+            PlacedRequest(t.request_id, t.session_id, replay.placed_on[t.index], sent[t.index], t.prompt_tokens,
+                          cached[t.index])  # fmt: skip
+            for t in turns
+        ]
+        figures.prefix_hit_loss = hit_loss(placed, ideal_hit_tokens)
     if tail > 0:
         served = [
             ServedRequest(t.request_id, replay.placed_on[t.index], sent[t.index], first[t.index], t.prompt_tokens,

@@ -9,7 +9,9 @@ baseline is 1 - floor_p99 / its mean p99, floor_p99 the mean of the slices' floo
 ceiling of run i is 1 - floor_p99(slice of run i) / the baseline's p99 in run i, and the table counts the
 runs whose ceiling reaches the goal's target (a router at the floor could meet it there). The order bound
 of run i is 1 - ours' order-preserving bound in run i / the baseline's p99 in run i (routing_order_bound.py:
-no router that starts requests in their order of arrival cuts more there), counted the same way. With `tail` = N > 0
+no router that starts requests in their order of arrival cuts more there), counted the same way. A router's
+prefix hit lost to the ideal cache, by kind of request, is the mean over its runs (routing_hit_loss.py,
+`mean_hit_loss`), under `prefix_hit_loss`. With `tail` = N > 0
 each run also lists its N slowest requests and what held each up (routing_tail.py), and the table
 prints them run by run after the figures, then each router's census of the rows at the p99 ranks.
 """
@@ -20,10 +22,17 @@ import time
 from collections.abc import Callable
 
 from .paired import PairedGoal, format_paired, paired_goals
+from .routing_hit_loss import HitLoss, format_hit_losses, mean_hit_loss
 from .routing_results import OURS, P99_CUT_TARGETS, goals_from, reduction
 from .routing_tail import ListedReplay, SlowRequest, format_tail
 from .routing_virtual import VirtualFigures, mean_or_none, replay_virtual
-from .routing_workload import RoutingBenchSettings, describe_slice, format_hit_ceiling, ttft_floors_by_request
+from .routing_workload import (
+    RoutingBenchSettings,
+    describe_slice,
+    format_hit_ceiling,
+    ideal_hit_tokens,
+    ttft_floors_by_request,
+)
 from .traces.model import TraceRequest
 
 MEAN_FIELDS = (
@@ -50,13 +59,14 @@ def replay_each(
     floors: dict[str, float],
     progress: Callable[[str], None],
     tail: int = 0,
+    ideal_hits: dict[str, int] | None = None,
 ) -> dict[str, list[VirtualFigures]]:
     """Each policy replayed once per engine seed (seeds outermost), one progress line per replay."""
     runs: dict[str, list[VirtualFigures]] = {policy: [] for policy in policies}
     for seed in engine_seeds:
         for policy in policies:
             begun = time.monotonic()
-            figures = replay_virtual(requests, settings, policy, seed, floors, tail=tail)
+            figures = replay_virtual(requests, settings, policy, seed, floors, tail=tail, ideal_hit_tokens=ideal_hits)
             runs[policy].append(figures)
             progress(
                 f"[seed {seed}] {policy}: TTFT p99 {figures.ttft_p99_sim_s:.2f} simulated s, "
@@ -88,7 +98,8 @@ def run_virtual_bench(
         infos.append({"seed": these_settings.seed, **info})
         floors = ttft_floors_by_request(requests, these_settings)
         tell = progress if len(slices) == 1 else _tagged(progress, f"[slice {these_settings.seed}] ")
-        by_policy = replay_each(requests, these_settings, settings.routers, engine_seeds, floors, tell, tail)
+        ideal_hits = ideal_hit_tokens(requests)
+        by_policy = replay_each(requests, these_settings, settings.routers, engine_seeds, floors, tell, tail, ideal_hits)
         for policy, figures in by_policy.items():
             runs[policy].extend(figures)
     means = {policy: mean_over_seeds(r) for policy, r in runs.items()}
@@ -128,9 +139,14 @@ def run_virtual_bench(
             if p != OURS
         },
         "ttft_p99_reduction_order_bound_by_run": order_bound_cuts(runs),
+        "prefix_hit_loss": {p: _dumped(mean_hit_loss([f.prefix_hit_loss for f in r])) for p, r in runs.items()},
         "all_goals_met": all(g.met for g in checks) if checks else None,
         "wall_s": time.monotonic() - started,
     }
+
+
+def _dumped(loss: HitLoss | None) -> dict | None:
+    return None if loss is None else loss.model_dump(mode="json")
 
 
 def order_bound_cuts(runs: dict[str, list[VirtualFigures]]) -> dict[str, list[float | None]]:
@@ -185,6 +201,9 @@ def format_virtual_table(result: dict) -> str:
             f"of arrival reaches the {target:.0%} target in at most {reach} of {len(known)} replays, "
             f"even with an ideal cache (on ours' arrivals)"
         )
+    replays = len(result.get("slice_seeds", [0])) * len(result["engine_seeds"])
+    losses = {name: None if x is None else HitLoss.model_validate(x) for name, x in result.get("prefix_hit_loss", {}).items()}
+    lines.extend(format_hit_losses(losses, replays))
     lines.extend(_slowest_lines(result))
     return "\n".join(lines)
 

@@ -236,6 +236,11 @@ def ideal_cache_by_request(requests: list[TraceRequest]) -> dict[str, IdealCache
     return out
 
 
+def ideal_hit_tokens(requests: list[TraceRequest]) -> dict[str, int]:
+    """Trace request id -> the tokens the ideal cache covers (IdealCache.hit_tokens)."""
+    return {request_id: entry.hit_tokens for request_id, entry in ideal_cache_by_request(requests).items()}
+
+
 def _leading_run(hashes: tuple[str, ...], seen: set[str]) -> int:
     count = 0
     for block_hash in hashes:

@@ -163,6 +163,23 @@ def test_rule_router_figures():
     )
 
 
+def test_rule_hit_loss_per_replay_on_the_ok_requests():
+    # one conversation: r0 on a, r1 back on a (stayed), r2 on b (moved); r3 failed: left out. Each ok
+    # request has 100 prompt tokens (300 in all); ideal hits 0 / 80 / 90, cached 50 / 30 / 0.
+    records = [record(0, 0.1, 1.0, 10, 50), record(1, 0.2, 2.0, 20, 30), record(2, 0.3, 3.0, 30, 0),
+               record(3, None, 0.5, 0, None, error="busy")]  # fmt: skip
+    for r, replica in zip(records, ("a", "a", "b", "b")):
+        r.replica = replica
+    ideal = {"r0": 0, "r1": 80, "r2": 90, "r3": 100}
+    f = router_figures("headroom", "ours", records, [], 0.5, ideal_hit_tokens=ideal)
+    [loss] = f.prefix_hit_loss_by_replay
+    assert loss is not None and (loss.num_first_turns, loss.num_stayed, loss.num_moved) == (1, 1, 1)
+    # lost: r0 max(0, 0 - 50) = 0, r1 80 - 30 = 50, r2 90: points 0, 100 * 50 / 300, 100 * 90 / 300
+    assert loss.first_turn_points == 0.0
+    assert loss.stayed_points == pytest.approx(50 / 3) and loss.moved_points == pytest.approx(30.0)
+    assert router_figures("headroom", "ours", records, [], 0.5).prefix_hit_loss_by_replay == []
+
+
 def test_rule_failed_requests_listed_first_twenty_in_sending_order():
     records = [record(i, None, 0.5, 0, None, error="busy") for i in range(25)]
     records = list(reversed(records))  # the client hands them back in completion order

@@ -7,7 +7,7 @@ import pytest
 
 from ray_dspine.bench.routing_bench import register
 from ray_dspine.bench.routing_virtual import _Replay, _turns, replay_virtual
-from ray_dspine.bench.routing_workload import RoutingBenchSettings, ttft_floors_by_request
+from ray_dspine.bench.routing_workload import RoutingBenchSettings, ideal_hit_tokens, ttft_floors_by_request
 from ray_dspine.bench.traces.loader import NAMED_TRACES, default_traces_dir
 from ray_dspine.bench.traces.model import TraceMessage, TraceRequest
 
@@ -42,6 +42,13 @@ def test_rule_ours_keeps_both_requests_at_their_floor_and_hits_the_shared_prefix
     # hits 1,024 tokens of 1,024 + 1,027 + 515 prefilled: 0.39906; both on one replica
     assert f.prefix_hit_rate == pytest.approx(1024 / 2566)
     assert sorted(f.requests_per_replica) == [0, 2] and f.num_retractions == 0
+    assert f.prefix_hit_loss is None  # no ideal cache given
+    # two first turns; the second cached all 1,024 tokens the ideal cache holds for it: nothing lost
+    ideal = ideal_hit_tokens(requests)
+    assert ideal == {"r0": 0, "r1": 1024}
+    loss = replay_virtual(requests, SETTINGS, "headroom", 0, floors, ideal_hit_tokens=ideal).prefix_hit_loss
+    assert loss is not None and loss.total_points == 0.0
+    assert (loss.num_first_turns, loss.num_stayed, loss.num_moved) == (2, 0, 0)
 
 
 def test_rule_the_order_bound_queues_the_replays_arrivals_on_one_pool_with_the_ideal_cache():
