@@ -71,6 +71,7 @@ from .routing_workload import (
     bench_prefill_seconds,
     describe_slice,
     format_hit_ceiling,
+    ideal_cache_by_request,
     ideal_hit_tokens,
     load_slice,
     ttft_floors_by_request,
@@ -274,9 +275,10 @@ def run_bench(settings: RoutingBenchSettings, tail: int = 0) -> tuple[dict, dict
 
     started = time.monotonic()
     requests = load_bench_slice(settings)
-    slice_info = describe_slice(requests, settings)
-    floors = ttft_floors_by_request(requests, settings)
-    ideal_hits = ideal_hit_tokens(requests)
+    ideal = ideal_cache_by_request(requests)
+    slice_info = describe_slice(requests, settings, ideal)
+    floors = ttft_floors_by_request(requests, settings, ideal)
+    ideal_hits = ideal_hit_tokens(requests, ideal)
     progress(
         f"bench routing: {slice_info['num_requests']} requests in {slice_info['num_sessions']} sessions, "
         f"{len(settings.routers)} routers x {settings.num_replicas} simulated replicas; starting Ray"

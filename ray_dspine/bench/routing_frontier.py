@@ -31,7 +31,7 @@ from .flag_lists import bounded_float, parse_flag_list
 from .routing_results import OURS, goals_from, reduction
 from .routing_virtual import replay_virtual, virtual_router_config
 from .routing_virtual_report import mean_over_seeds, replay_each
-from .routing_workload import RoutingBenchSettings, describe_slice, ttft_floors_by_request
+from .routing_workload import RoutingBenchSettings, describe_slice, ideal_cache_by_request, ttft_floors_by_request
 from .traces.model import TraceRequest
 
 NO_GUARD = "none"
@@ -82,8 +82,9 @@ def run_tolerance_sweep(
     if OURS not in settings.routers:
         raise CliError(f"argument --routers: {FLAG} sweeps {OURS}'s guard; list {OURS} among the routers")
     started = time.monotonic()
-    slice_info = describe_slice(requests, settings)
-    floors = ttft_floors_by_request(requests, settings)
+    ideal = ideal_cache_by_request(requests)
+    slice_info = describe_slice(requests, settings, ideal)
+    floors = ttft_floors_by_request(requests, settings, ideal)
     baselines = [name for name in settings.routers if name != OURS]
     base_runs = replay_each(requests, settings, baselines, engine_seeds, floors, progress)
     base_means = {name: mean_over_seeds(runs) for name, runs in base_runs.items()}

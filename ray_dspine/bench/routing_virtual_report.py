@@ -30,6 +30,7 @@ from .routing_workload import (
     RoutingBenchSettings,
     describe_slice,
     format_hit_ceiling,
+    ideal_cache_by_request,
     ideal_hit_tokens,
     ttft_floors_by_request,
 )
@@ -94,11 +95,12 @@ def run_virtual_bench(
     runs: dict[str, list[VirtualFigures]] = {policy: [] for policy in settings.routers}
     infos = []
     for these_settings, requests in slices:
-        info = describe_slice(requests, these_settings)
+        ideal = ideal_cache_by_request(requests)
+        info = describe_slice(requests, these_settings, ideal)
         infos.append({"seed": these_settings.seed, **info})
-        floors = ttft_floors_by_request(requests, these_settings)
+        floors = ttft_floors_by_request(requests, these_settings, ideal)
         tell = progress if len(slices) == 1 else _tagged(progress, f"[slice {these_settings.seed}] ")
-        ideal_hits = ideal_hit_tokens(requests)
+        ideal_hits = ideal_hit_tokens(requests, ideal)
         by_policy = replay_each(requests, these_settings, settings.routers, engine_seeds, floors, tell, tail, ideal_hits)
         for policy, figures in by_policy.items():
             runs[policy].extend(figures)

@@ -236,9 +236,11 @@ def ideal_cache_by_request(requests: list[TraceRequest]) -> dict[str, IdealCache
     return out
 
 
-def ideal_hit_tokens(requests: list[TraceRequest]) -> dict[str, int]:
-    """Trace request id -> the tokens the ideal cache covers (IdealCache.hit_tokens)."""
-    return {request_id: entry.hit_tokens for request_id, entry in ideal_cache_by_request(requests).items()}
+def ideal_hit_tokens(requests: list[TraceRequest], ideal: dict[str, IdealCache] | None = None) -> dict[str, int]:
+    """Trace request id -> the tokens the ideal cache covers (IdealCache.hit_tokens); `ideal`: the slice's
+    ideal_cache_by_request when the caller has it (one walk per slice)."""
+    ideal = ideal_cache_by_request(requests) if ideal is None else ideal
+    return {request_id: entry.hit_tokens for request_id, entry in ideal.items()}
 
 
 def _leading_run(hashes: tuple[str, ...], seen: set[str]) -> int:
@@ -250,9 +252,12 @@ def _leading_run(hashes: tuple[str, ...], seen: set[str]) -> int:
     return count
 
 
-def ttft_floors_by_request(requests: list[TraceRequest], settings: RoutingBenchSettings) -> dict[str, float]:
-    """The floor rule: trace request id -> floor (simulated seconds), in arrival order."""
-    return _floors(ideal_cache_by_request(requests), settings)
+def ttft_floors_by_request(
+    requests: list[TraceRequest], settings: RoutingBenchSettings, ideal: dict[str, IdealCache] | None = None
+) -> dict[str, float]:
+    """The floor rule: trace request id -> floor (simulated seconds), in arrival order; `ideal` as in
+    ideal_hit_tokens."""
+    return _floors(ideal_cache_by_request(requests) if ideal is None else ideal, settings)
 
 
 def _floors(ideal: dict[str, IdealCache], settings: RoutingBenchSettings) -> dict[str, float]:
@@ -275,9 +280,12 @@ def _ceilings(ideal: list[IdealCache]) -> dict[str, float | None]:
     }
 
 
-def describe_slice(requests: list[TraceRequest], settings: RoutingBenchSettings) -> dict:
-    """Size of the slice, its TTFT floor and its prefix-hit ceiling, for the JSON (one walk of the ideal cache)."""
-    ideal = ideal_cache_by_request(requests)
+def describe_slice(
+    requests: list[TraceRequest], settings: RoutingBenchSettings, ideal: dict[str, IdealCache] | None = None
+) -> dict:
+    """Size of the slice, its TTFT floor and its prefix-hit ceiling, for the JSON (one walk of the ideal cache,
+    none when `ideal` is given)."""
+    ideal = ideal_cache_by_request(requests) if ideal is None else ideal
     floors = np.asarray(list(_floors(ideal, settings).values()) or [0.0])
     span = max((r.arrival_s for r in requests), default=0.0)
     return {
