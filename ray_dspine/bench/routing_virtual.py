@@ -32,9 +32,10 @@ Rules (simulated seconds throughout):
              replay's own arrivals and the floors (routing_order_bound.py), prefix-hit rate =
              hit / (hit + prefilled) tokens over the cores' counters, requests per replica,
              retractions; given the ideal cache's hit tokens, what the hits lost to it by kind of
-             request (routing_hit_loss.py); with tail = N > 0, the N slowest requests and what held
-             each up (routing_tail.py). Cached tokens per request: as its engine reported them when it
-             finished.
+             request (routing_hit_loss.py), with held_i = the most prompt tokens any core's cache
+             would give request i at the moment it is placed; with tail = N > 0, the N slowest requests
+             and what held each up (routing_tail.py). Cached tokens per request: as its engine reported
+             them when it finished.
 Complexity: O(events * R) for R replicas, plus the policy's cost per decision.
 """
 
@@ -149,6 +150,7 @@ class _Replay:
         self.next_report = [k * self.period / self.n for k in range(self.n)]
         self.in_flight = [0] * self.n
         self.placed_on: dict[int, int] = {}
+        self.held: dict[int, int] = {}  # turn index -> most prompt tokens any core held for it when placed
         self.rng = random.Random(engine_seed)
         self.backlog_source = settings.backlog_source
         assumed_rate = RouterConfig().default_prefill_tokens_per_s
@@ -197,6 +199,8 @@ class _Replay:
             k = self.ids.index(decision.chosen)
             self.policy.on_placed(request, decision.chosen)
         self.placed_on[turn.index] = k
+        held = (core.cached_prompt_tokens(turn.prompt_tokens, turn.prefix_hashes) for core in self.cores)
+        self.held[turn.index] = max(held)
         self.in_flight[k] += 1
         sim_request = SimRequest(str(turn.index), turn.prompt_tokens, turn.max_tokens, turn.prefix_hashes, turn.session_id)
         self.cores[k].submit(sim_request, self.now)
@@ -273,7 +277,7 @@ def replay_virtual(
     if ideal_hit_tokens is not None:
         placed = [
             PlacedRequest(t.request_id, t.session_id, replay.placed_on[t.index], sent[t.index], t.prompt_tokens,
-                          cached[t.index])  # fmt: skip
+                          cached[t.index], replay.held[t.index])  # fmt: skip
             for t in turns
         ]
         figures.prefix_hit_loss = hit_loss(placed, ideal_hit_tokens)

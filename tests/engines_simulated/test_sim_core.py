@@ -150,6 +150,17 @@ def test_rule_prefix_hits_reduce_prefill_and_are_counted():
     assert counters.num_prefill_tokens == 10 + 2 + 4
 
 
+def test_cached_prompt_tokens_is_the_hit_rule_read_without_admitting():
+    core = make_core()
+    assert core.cached_prompt_tokens(10, ["h0", "h1", "h2"]) == 0  # empty cache
+    core.submit(req("a", 10, 2, ["h0", "h1", "h2"]), 0.0)
+    drain(core)
+    assert core.cached_prompt_tokens(10, ["h0", "h1", "h2"]) == 8  # 2 blocks of 4 tokens
+    assert core.cached_prompt_tokens(8, ["h0", "h1"]) == 4  # capped at (8 - 1) // 4 = 1 block
+    assert core.cached_prompt_tokens(10, ["x0", "h1"]) == 0  # a leading run only
+    assert core.prefix_cache.num_blocks == 2 and core.counters().num_prefix_hit_tokens == 0  # nothing pinned or counted
+
+
 def test_rule_kv_accounting_moves_prefilled_blocks_into_the_cache():
     core = make_core()
     core.submit(req("a", 10, 2, ["h0", "h1"]), 0.0)

@@ -60,6 +60,28 @@ def test_rule_a_request_without_an_ideal_entry_counts_in_the_total_and_the_order
     assert loss.first_turn_points == 0.0 and loss.moved_points == pytest.approx(25.0)  # 100 / 400
 
 
+def test_rule_nowhere_is_the_ideal_hit_no_replica_held_when_placed():
+    # a: ideal 600, cached 100, some replica held 400 -> lost 500, of it nowhere 600 - 400 = 200.
+    # b: ideal 300, cached 0, held 0 -> nowhere 300. c: ideal 200, held 500 -> nowhere 0.
+    # d: the engine hit 700 though no replica was seen holding more than 100 -> nowhere 0 (ideal 500).
+    requests = [
+        PlacedRequest("a", "s1", 0, 0.0, 1000, 100, held_tokens=400),
+        PlacedRequest("b", "s1", 0, 1.0, 1000, 0, held_tokens=0),
+        PlacedRequest("c", "s2", 1, 2.0, 1000, 0, held_tokens=500),
+        PlacedRequest("d", "s3", 1, 3.0, 1000, 700, held_tokens=100),
+    ]
+    loss = hit_loss(requests, {"a": 600, "b": 300, "c": 200, "d": 500})
+    assert loss is not None
+    assert loss.total_points == pytest.approx(25.0)  # (500 + 300 + 200 + 0) / 4000
+    assert loss.nowhere_points == pytest.approx(12.5)  # (200 + 300) / 4000
+
+
+def test_rule_nowhere_is_none_unless_every_request_says_what_was_held():
+    requests = [PlacedRequest("a", "s", 0, 0.0, 100, 0, held_tokens=0), placed("b", "s", 0, 1.0, 100, 0)]
+    loss = hit_loss(requests, {"a": 50, "b": 50})
+    assert loss is not None and loss.nowhere_points is None and loss.total_points == pytest.approx(50.0)
+
+
 def test_no_prompt_tokens_gives_none():
     assert hit_loss([], {}) is None
 
@@ -71,7 +93,17 @@ def test_mean_over_replays_skips_the_ones_without_figures():
     assert mean is not None
     assert (mean.first_turn_points, mean.stayed_points, mean.moved_points) == (2.0, 1.0, 0.5)
     assert (mean.num_first_turns, mean.num_stayed, mean.num_moved) == (10, 5, 2)  # 10.5 -> 10, 1.5 -> 2
+    assert mean.nowhere_points is None  # neither replay knows it
     assert mean_hit_loss([None]) is None
+
+
+def test_mean_nowhere_only_when_every_replay_has_it():
+    a = HitLoss(first_turn_points=1.0, stayed_points=0.0, moved_points=0.0, num_first_turns=1, num_stayed=0,
+                num_moved=0, nowhere_points=0.5)  # fmt: skip
+    b = a.model_copy(update={"nowhere_points": 1.0})
+    c = a.model_copy(update={"nowhere_points": None})
+    assert mean_hit_loss([a, b]).nowhere_points == pytest.approx(0.75)
+    assert mean_hit_loss([a, c]).nowhere_points is None
 
 
 def test_format_a_legend_then_a_line_per_router_with_figures():
@@ -80,3 +112,11 @@ def test_format_a_legend_then_a_line_per_router_with_figures():
     assert len(lines) == 2 and lines[0].endswith("; mean of 3 replays")
     assert lines[1] == "cache_aware  2.25 = 1.50 (3) + 0.25 (2) + 0.50 (1)"
     assert format_hit_losses({"pow2": None}, replays=1) == []
+
+
+def test_format_adds_nowhere_when_known():
+    a = HitLoss(first_turn_points=1.5, stayed_points=0.25, moved_points=0.5, num_first_turns=3, num_stayed=2,
+                num_moved=1, nowhere_points=1.75)  # fmt: skip
+    lines = format_hit_losses({"headroom": a}, replays=1)
+    assert "nowhere: of that, what no replica's cache held when the request was placed" in lines[0]
+    assert lines[1] == "headroom     2.25 = 1.50 (3) + 0.25 (2) + 0.50 (1); nowhere 1.75"

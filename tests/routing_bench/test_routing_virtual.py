@@ -47,8 +47,25 @@ def test_rule_ours_keeps_both_requests_at_their_floor_and_hits_the_shared_prefix
     ideal = ideal_hit_tokens(requests)
     assert ideal == {"r0": 0, "r1": 1024}
     loss = replay_virtual(requests, SETTINGS, "headroom", 0, floors, ideal_hit_tokens=ideal).prefix_hit_loss
-    assert loss is not None and loss.total_points == 0.0
+    assert loss is not None and loss.total_points == 0.0 and loss.nowhere_points == 0.0
     assert (loss.num_first_turns, loss.num_stayed, loss.num_moved) == (2, 0, 0)
+
+
+def test_rule_held_is_what_any_core_cached_for_the_request_when_it_was_placed():
+    # the same two prompts sent together: when r1 is placed, r0 is placed but not yet admitted, so no
+    # core holds r1's 1,024 shared tokens (held 0). Ours spreads the two over the idle replicas and r1
+    # hits nothing: it loses the ideal 1,024 tokens, all of them held nowhere: 100 * 1024 / 2566 points.
+    # cache_aware sends r1 after r0 (its prefix match), r0 is admitted first and r1 hits all 1,024.
+    first = "a" * 4096
+    requests = [trace_request("r0", "s0", 0.0, first), trace_request("r1", "s1", 0.0, first + "b" * 2048)]
+    floors = ttft_floors_by_request(requests, SETTINGS)
+    ideal = ideal_hit_tokens(requests)
+    ours = replay_virtual(requests, SETTINGS, "headroom", 0, floors, ideal_hit_tokens=ideal).prefix_hit_loss
+    assert ours is not None
+    assert ours.first_turn_points == pytest.approx(100 * 1024 / 2566)
+    assert ours.nowhere_points == pytest.approx(100 * 1024 / 2566)
+    baseline = replay_virtual(requests, SETTINGS, "cache_aware", 0, floors, ideal_hit_tokens=ideal).prefix_hit_loss
+    assert baseline is not None and baseline.total_points == 0.0 and baseline.nowhere_points == 0.0
 
 
 def test_rule_the_order_bound_queues_the_replays_arrivals_on_one_pool_with_the_ideal_cache():

@@ -14,6 +14,7 @@ Complexity: O(full prompt blocks) per call.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -53,15 +54,20 @@ def refusal(request: SimRequest, config: SimulatedEngineConfig) -> EngineError |
     return None
 
 
+def hit_blocks(cache: PrefixCache, prompt_tokens: int, prefix_block_hashes: Sequence[str]) -> int:
+    """Rule `hit`: h, the prompt's leading blocks this cache would give it now."""
+    B = cache.block_tokens
+    return min(cache.match(prefix_block_hashes[: prompt_tokens // B]), (prompt_tokens - 1) // B)
+
+
 def plan_admission(
     request: SimRequest, cache: PrefixCache, pools: MemoryPools
 ) -> AdmissionPlan | WaitReason:
     if not pools.slots_fit():
         return "state_slots"
     B = cache.block_tokens
-    full_block_hashes = request.prefix_block_hashes[: request.prompt_tokens // B]
-    num_hit = min(cache.match(full_block_hashes), (request.prompt_tokens - 1) // B)
-    hit_hashes = full_block_hashes[:num_hit]
+    num_hit = hit_blocks(cache, request.prompt_tokens, request.prefix_block_hashes)
+    hit_hashes = request.prefix_block_hashes[:num_hit]
     private = request.prompt_tokens - num_hit * B + request.max_tokens
     if not pools.kv_fits(private, cache.cached_tokens, cache.evictable_tokens_excluding(hit_hashes)):
         return "memory"

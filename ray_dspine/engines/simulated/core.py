@@ -44,6 +44,7 @@ from __future__ import annotations
 import math
 import random
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ray_dspine.engines.protocol import EngineError, LoadSnapshot
@@ -52,6 +53,7 @@ from ray_dspine.engines.simulated.admission import (
     AdmissionPlan,
     WaitReason,
     commit_admission,
+    hit_blocks,
     plan_admission,
     refusal,
 )
@@ -358,8 +360,7 @@ class SimReplicaCore:
         B = self._cache.block_tokens
         prefill = kv = 0
         for req in self._queue.values():
-            full_blocks = req.prefix_block_hashes[: req.prompt_tokens // B]
-            num_hit = min(self._cache.match(full_blocks), (req.prompt_tokens - 1) // B)
+            num_hit = hit_blocks(self._cache, req.prompt_tokens, req.prefix_block_hashes)
             prefill += req.prompt_tokens - num_hit * B
             kv += req.prompt_tokens - num_hit * B + req.max_tokens
         return prefill, kv
@@ -386,3 +387,7 @@ class SimReplicaCore:
     @property
     def prefix_cache(self) -> PrefixCache:
         return self._cache
+
+    def cached_prompt_tokens(self, prompt_tokens: int, prefix_block_hashes: Sequence[str]) -> int:
+        """Prompt tokens this replica's cache would give such a request if it were admitted now."""
+        return hit_blocks(self._cache, prompt_tokens, prefix_block_hashes) * self._cache.block_tokens
