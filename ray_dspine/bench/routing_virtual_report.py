@@ -101,7 +101,9 @@ def run_virtual_bench(
         floors = ttft_floors_by_request(requests, these_settings, ideal)
         tell = progress if len(slices) == 1 else _tagged(progress, f"[slice {these_settings.seed}] ")
         ideal_hits = ideal_hit_tokens(requests, ideal)
-        by_policy = replay_each(requests, these_settings, settings.routers, engine_seeds, floors, tell, tail, ideal_hits)
+        by_policy = replay_each(
+            requests, these_settings, settings.routers, engine_seeds, floors, tell, tail, ideal_hits
+        )
         for policy, figures in by_policy.items():
             runs[policy].extend(figures)
     means = {policy: mean_over_seeds(r) for policy, r in runs.items()}
@@ -204,7 +206,9 @@ def format_virtual_table(result: dict) -> str:
             f"even with an ideal cache (on ours' arrivals)"
         )
     replays = len(result.get("slice_seeds", [0])) * len(result["engine_seeds"])
-    losses = {name: None if x is None else HitLoss.model_validate(x) for name, x in result.get("prefix_hit_loss", {}).items()}
+    losses = {
+        name: None if x is None else HitLoss.model_validate(x) for name, x in result.get("prefix_hit_loss", {}).items()
+    }
     lines.extend(format_hit_losses(losses, replays))
     lines.extend(_slowest_lines(result))
     return "\n".join(lines)
