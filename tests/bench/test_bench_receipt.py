@@ -1,12 +1,11 @@
 """Receipt pieces: nvidia-smi parsing, git tolerance, versions without imports, and Ctrl-C."""
 
 import json
-import os
 import signal
 import sys
-import threading
-import time
 from pathlib import Path
+
+import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dspine_fake_server import FakeDSpineServer  # noqa: E402
@@ -37,6 +36,25 @@ def test_versions_and_hardware_without_heavy_imports():
     assert hw.gpus or hw.gpu_note
 
 
+class _CtrlCOnFourthPost(httpx.AsyncBaseTransport):
+    """httpx's own HTTP transport, except that the fourth POST first raises SIGINT in the event loop's
+    thread, as Ctrl-C at a terminal would: the replay stops at a known point, however busy the host."""
+
+    def __init__(self) -> None:
+        self._http = httpx.AsyncHTTPTransport()
+        self.posts = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.method == "POST":
+            self.posts += 1
+            if self.posts == 4:
+                signal.raise_signal(signal.SIGINT)
+        return await self._http.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+
 def test_ctrl_c_still_writes_summary_and_receipt(tmp_path):
     fake = FakeDSpineServer(chunk_delay_s=0.2, engine_info=False).start()
     try:
@@ -45,18 +63,10 @@ def test_ctrl_c_still_writes_summary_and_receipt(tmp_path):
             {"role": "user", "content": "q"}, {"role": "assistant", "content": "a" * 24}]}) for i in range(20)))
         options = ReplayOptions(endpoint=fake.url, trace=str(path), out_dir=tmp_path / "o", concurrency=2,
                                 plots=False, num_resamples=10)
-        # Each request streams 6 tokens as 3 chunks 0.2 s apart (~0.6 s), two at a time; once the server
-        # has seen 4 requests the first pair has finished and the second is in flight: SIGINT then. The
-        # 16 requests after those (~5 s) leave a busy host's scheduler ample time to run the interrupter.
-        def interrupt_after_four() -> None:
-            while len(fake.received) < 4:
-                time.sleep(0.01)
-            os.kill(os.getpid(), signal.SIGINT)
-
-        thread = threading.Thread(target=interrupt_after_four, daemon=True)
-        thread.start()
-        outcome = run_replay(options, command_line=[])
-        thread.join()
+        # Two workers send one request each, then the next when theirs ends: the fourth POST goes out once
+        # the first two have finished, and Ctrl-C comes with it; the fourth and any other in flight end cancelled.
+        transport = _CtrlCOnFourthPost()
+        outcome = run_replay(options, command_line=[], transport=transport)
     finally:
         fake.stop()
     assert outcome.interrupted
