@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dspine_fake_server import FakeDSpineServer  # noqa: E402
@@ -55,7 +56,16 @@ class _CtrlCOnFourthPost(httpx.AsyncBaseTransport):
         await self._http.aclose()
 
 
-def test_ctrl_c_still_writes_summary_and_receipt(tmp_path):
+@pytest.fixture
+def sigint_as_at_a_terminal():
+    """Python's default SIGINT handler, which asyncio.run replaces with its own while it runs, as in a
+    terminal's foreground process; a shell starts a background job (a CI runner's, say) with SIGINT ignored."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_still_writes_summary_and_receipt(tmp_path, sigint_as_at_a_terminal):
     fake = FakeDSpineServer(chunk_delay_s=0.2, engine_info=False).start()
     try:
         path = tmp_path / "c.jsonl"
