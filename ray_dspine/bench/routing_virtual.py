@@ -134,7 +134,14 @@ def virtual_router_config(settings: RoutingBenchSettings, policy: str) -> Router
 
 
 class _Replay:
-    def __init__(self, settings: RoutingBenchSettings, policy: str, engine_seed: int, config: RouterConfig | None):
+    def __init__(
+        self,
+        settings: RoutingBenchSettings,
+        policy: str,
+        engine_seed: int,
+        config: RouterConfig | None,
+        record_held: bool = False,
+    ):
         pool = bench_app_config(settings, "headroom").pools[0]
         engine = apply_plan(pool, plan_pool(pool)).engine
         profile = load_profile(engine.profile)
@@ -150,6 +157,7 @@ class _Replay:
         self.next_report = [k * self.period / self.n for k in range(self.n)]
         self.in_flight = [0] * self.n
         self.placed_on: dict[int, int] = {}
+        self.record_held = record_held  # only the hit loss reads it, and it reads every core's cache
         self.held: dict[int, int] = {}  # turn index -> most prompt tokens any core held for it when placed
         self.rng = random.Random(engine_seed)
         self.backlog_source = settings.backlog_source
@@ -199,8 +207,9 @@ class _Replay:
             k = self.ids.index(decision.chosen)
             self.policy.on_placed(request, decision.chosen)
         self.placed_on[turn.index] = k
-        held = (core.cached_prompt_tokens(turn.prompt_tokens, turn.prefix_hashes) for core in self.cores)
-        self.held[turn.index] = max(held)
+        if self.record_held:
+            held = (core.cached_prompt_tokens(turn.prompt_tokens, turn.prefix_hashes) for core in self.cores)
+            self.held[turn.index] = max(held)
         self.in_flight[k] += 1
         sim_request = SimRequest(str(turn.index), turn.prompt_tokens, turn.max_tokens, turn.prefix_hashes, turn.session_id)
         self.cores[k].submit(sim_request, self.now)
@@ -232,7 +241,7 @@ def replay_virtual(
     `tail` > 0 also lists that many of the slowest requests; with `ideal_hit_tokens` (the ideal cache's
     hit tokens per trace request id, routing_workload.ideal_hit_tokens) the hit loss by kind."""
     turns = _turns(requests, settings)
-    replay = _Replay(settings, policy, engine_seed, config)
+    replay = _Replay(settings, policy, engine_seed, config, record_held=ideal_hit_tokens is not None)
     sessions: dict[str, list[_Turn]] = {}
     for turn in turns:
         sessions.setdefault(turn.session_id, []).append(turn)
