@@ -87,7 +87,7 @@ RATIONALE = (
     "token): replicas run near full, so queueing behind long prefills and prefix-cache hits decide TTFT. "
     "Outputs are capped at 128 tokens so that Ray's per-chunk streaming cost (one chunk per verify step per "
     "request through replica, ingress and proxy) stays within 2 CPU cores; prompts, and so prefill, prefix "
-    "sharing and KV use, are the trace's own. engine_time_scale 0.5: the twin runs at half a GPU's speed "
+    "sharing and KV use, are the trace's own. engine_time_scale 0.5: the twin runs at twice a GPU's speed "
     "in wall time. p99 TTFT cannot go below `slice.ttft_floor_p99_sim_s` (no queueing, ideal cache), nor "
     "the prefix-hit rate above `slice.prefix_hit_ceiling` (the same ideal cache)."
 )
