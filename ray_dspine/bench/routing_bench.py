@@ -100,7 +100,8 @@ FLAG_OF_FIELD = {
     "window_start_s": "--window-start-s", "window_s": "--window-s", "session_fraction": "--session-fraction",
     "arrival_scale": "--arrival-scale", "session_rate_per_s": "--session-rate",
     "engine_time_scale": "--engine-time-scale", "max_tokens_cap": "--max-tokens-cap", "seed": "--seed",
-    "repeats": "--repeats", "backlog_source": "--backlog",
+    "repeats": "--repeats", "backlog_source": "--backlog", "schedule_policy": "--schedule-policy",
+    "chunked_prefill_tokens": "--chunked-prefill-size",
 }  # fmt: skip
 CHECK_COUNTERS = ("num_submitted", "num_admitted", "num_finished", "num_prefix_hit_tokens", "num_prefill_tokens",
                   "num_output_tokens", "num_waited_for_memory", "num_waited_for_state_slots")  # fmt: skip
@@ -146,6 +147,16 @@ def register(subparsers) -> None:
         "the replica's own count as SGLang replicas keep it, or nowhere (request counts only)",
     )  # fmt: skip
     parser.add_argument(
+        "--schedule-policy", default=None, choices=["fcfs", "shortest-prefill-first"],
+        help="the replicas' prefill order, as SGLang's --schedule-policy (default fcfs); shortest-prefill-first "
+        "needs --chunked-prefill-size",
+    )  # fmt: skip
+    parser.add_argument(
+        "--chunked-prefill-size", type=int, default=None, metavar="TOKENS",
+        help="the replicas' prompt tokens per prefill pass, as SGLang's --chunked-prefill-size (8192 on an H200; "
+        "default and 0: each prompt prefills in one pass)",
+    )  # fmt: skip
+    parser.add_argument(
         "--sweep-tolerance", default=None, metavar="LIST",
         help="--virtual: replay ours once per TTFT-guard tolerance (simulated s, or none), e.g. 0,2,4,6,8,none, "
         "against the baselines; prints the p99 TTFT / prefix-hit trade",
@@ -185,8 +196,11 @@ def settings_from_args(args) -> RoutingBenchSettings:
         "seed": args.seed,
         "repeats": args.repeats,
         "backlog_source": args.backlog,
+        "schedule_policy": args.schedule_policy,
     }
     values.update({k: v for k, v in options.items() if v is not None})
+    if args.chunked_prefill_size is not None:
+        values["chunked_prefill_tokens"] = args.chunked_prefill_size or None
     if args.max_tokens_cap is not None:
         values["max_tokens_cap"] = args.max_tokens_cap or None
     if args.routers:

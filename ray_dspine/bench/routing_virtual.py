@@ -55,7 +55,6 @@ from ..engines.protocol import LoadSnapshot
 from ..engines.simulated.core import SimReplicaCore
 from ..engines.simulated.profile import load_profile
 from ..engines.simulated.request import SimRequest
-from ..engines.simulated.step_model import prefill_step_ms
 from ..pools import apply_plan, plan_pool
 from ..routing.config import RouterConfig
 from ..routing.policies import RoutingPolicy, build_policy
@@ -64,7 +63,7 @@ from .client import ClientSettings
 from .routing_hit_loss import HitLoss, PlacedRequest, hit_loss
 from .routing_order_bound import order_bound_p99
 from .routing_tail import ServedRequest, SlowRequest, slowest_requests
-from .routing_workload import BENCH_MODEL, RoutingBenchSettings, bench_app_config, ingress_view
+from .routing_workload import BENCH_MODEL, RoutingBenchSettings, bench_app_config, bench_prefill_seconds, ingress_view
 from .traces.model import TraceRequest
 
 # Simulated seconds between offers of a request the router made wait (Ray backs off 25 ms to 0.5 s).
@@ -145,7 +144,7 @@ class _Replay:
         pool = bench_app_config(settings, "headroom").pools[0]
         engine = apply_plan(pool, plan_pool(pool)).engine
         profile = load_profile(engine.profile)
-        self.prefill_s = lambda uncached_tokens: prefill_step_ms(profile, uncached_tokens) / 1000.0
+        self.prefill_s = bench_prefill_seconds(settings)
         self.n = settings.num_replicas
         self.cores = [
             SimReplicaCore(engine, profile, random.Random(engine_seed * 1000 + k), token_events=False)

@@ -14,7 +14,8 @@ turns by the same factor). Traces without timestamps (tau-bench) start sessions 
 TTFT floor (what no router can beat): with no queueing and an ideal prefix cache holding every block
 any earlier request of the slice sent, request i (P_i prompt tokens as the ingress estimates them,
 B = 512-token blocks, h_i = leading blocks of its prompt seen before, capped at floor((P_i - 1) / B))
-needs its own prefill step: floor_i = base_ms + per_token_ms * (P_i - h_i * B) (step_model.py).
+needs its own prefill alone: floor_i = t_alone(P_i - h_i * B, C) (step_model.py: one base step per chunk
+of C = chunked_prefill_tokens tokens, one step when unchunked).
 Prefix-hit ceiling (what no router can beat either): the same ideal cache's hit rate,
     hit_ceiling = sum_i h_i * B / sum_i P_i,
 and the part of it a conversation's own earlier turns give: the same with h_i counted over the blocks
@@ -38,13 +39,14 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from ..capacity.config import CapacityConfig, DraftConfig
 from ..config import AppConfig, DeploymentOptions, PoolConfig, ServerConfig
 from ..engines.simulated.config import SimulatedEngineConfig
 from ..engines.simulated.profile import load_profile
-from ..engines.simulated.step_model import prefill_step_ms
+from ..engines.protocol import SchedulePolicy
+from ..engines.simulated.step_model import prefill_alone_ms
 from ..pools import plan_pool
 from ..routing.config import PolicyName, RouterConfig, TrafficConfig, TrafficRule
 from ..routing.fingerprint import conversation_text, prefix_hashes
@@ -117,6 +119,15 @@ class RoutingBenchSettings(BaseModel):
     profile: str = Field(default="h200-qwen3.8-27b", description="Simulated timing profile.")
     workload: str = Field(default="swe-bench-pro-xhigh", description="Acceptance figures to draw from.")
     drafter: Literal["dspine", "dflash2", "none"] = "dspine"
+    schedule_policy: SchedulePolicy = Field(
+        default="fcfs", description="The replicas' prefill order (SGLang's --schedule-policy)."
+    )
+    chunked_prefill_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        validate_default=True,
+        description="The replicas' --chunked-prefill-size, tokens (None: unchunked).",
+    )
     seed: int = Field(default=0, ge=0, description="Session sampling, arrival spreading and engine draws.")
     repeats: int = Field(
         default=1, ge=1, le=20, description="Replays of the slice per router, interleaved; figures pool them all."
@@ -130,6 +141,13 @@ class RoutingBenchSettings(BaseModel):
     )
     request_timeout_s: float = Field(default=300.0, gt=0.0, description="Per-request deadline, wall seconds.")
     ray_num_cpus: int = Field(default=2, ge=1, description="CPUs the local Ray cluster declares.")
+
+    @field_validator("chunked_prefill_tokens")
+    @classmethod
+    def _chunked_for_spf(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is None and info.data.get("schedule_policy") == "shortest-prefill-first":
+            raise ValueError("shortest-prefill-first works on chunked prefill: give the pass size (8192 on an H200)")
+        return value
 
 
 # Per-trace defaults the CLI starts from (explicit options override them).
@@ -201,9 +219,11 @@ def ingress_view(request: TraceRequest, client: ClientSettings) -> IngressView:
 
 
 def bench_prefill_seconds(settings: RoutingBenchSettings) -> Callable[[int], float]:
-    """A prefill step's simulated seconds for so many uncached tokens, on the bench's engine profile."""
+    """t_alone: a prompt's prefill on an idle replica, simulated seconds for so many uncached tokens, on the
+    bench's engine profile and chunk size."""
     profile = load_profile(settings.profile)
-    return lambda uncached_tokens: prefill_step_ms(profile, uncached_tokens) / 1000.0
+    chunk = settings.chunked_prefill_tokens
+    return lambda uncached_tokens: prefill_alone_ms(profile, uncached_tokens, chunk) / 1000.0
 
 
 @dataclass(frozen=True)
@@ -261,8 +281,8 @@ def ttft_floors_by_request(
 
 
 def _floors(ideal: dict[str, IdealCache], settings: RoutingBenchSettings) -> dict[str, float]:
-    profile = load_profile(settings.profile)
-    return {rid: prefill_step_ms(profile, i.prompt_tokens - i.hit_tokens) / 1000.0 for rid, i in ideal.items()}
+    prefill_s = bench_prefill_seconds(settings)
+    return {rid: prefill_s(i.prompt_tokens - i.hit_tokens) for rid, i in ideal.items()}
 
 
 def prefix_hit_ceilings(requests: list[TraceRequest]) -> dict[str, float | None]:
@@ -338,6 +358,8 @@ def bench_app_config(settings: RoutingBenchSettings, policy: PolicyName) -> AppC
         capacity=settings.capacity,
         time_scale=settings.engine_time_scale,
         seed=settings.seed,
+        schedule_policy=settings.schedule_policy,
+        chunked_prefill_tokens=settings.chunked_prefill_tokens,
     )
     router = RouterConfig(
         policy=policy,

@@ -19,6 +19,7 @@ ReasoningLevel = Literal["none", "low", "medium", "high", "xhigh"]
 REASONING_LEVELS: tuple[ReasoningLevel, ...] = ("none", "low", "medium", "high", "xhigh")
 DecodePath = Literal["speculative", "autoregressive"]
 FinishReason = Literal["stop", "length", "tool_calls", "abort", "error"]
+SchedulePolicy = Literal["fcfs", "shortest-prefill-first"]  # SGLang's --schedule-policy values we model
 
 
 class ChatMessage(BaseModel):

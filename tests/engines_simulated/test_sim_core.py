@@ -283,3 +283,66 @@ def test_rule_time_only_moves_forward_and_submit_catches_up_first():
     assert events[2].time_s == pytest.approx(0.521)
     with pytest.raises(ValueError):
         core.advance_to(0.9)
+
+
+def make_chunked_core(policy: str, chunk: int = 100, max_running: int = 8) -> SimReplicaCore:
+    config = SimulatedEngineConfig(
+        profile="round", workload="full", drafter="none", total_kv_tokens=10_000, num_state_slots=8,
+        prefix_block_tokens=4, max_running_requests=max_running, schedule_policy=policy,
+        chunked_prefill_tokens=chunk,
+    )  # fmt: skip
+    return SimReplicaCore(config, round_profile(), random.Random(0))
+
+
+def first_tokens(events: list[SimEvent]) -> dict[str, float]:
+    return {e.request_id: round(e.time_s, 6) for e in events if e.kind == "first_token"}
+
+
+def test_rule_chunked_fcfs_a_turn_waits_for_the_long_prompt_but_its_last_chunk():
+    core = make_chunked_core("fcfs")
+    core.submit(req("long", 400, 1), 0.0)
+    core.submit(req("turn", 20, 1), 0.010)  # joins at the next round boundary
+    # rounds of 100: 30 ms each (20 + 0.1 * 100); long: 0-30, 30-60, 60-90, 90-120 (its last 100, the
+    # round is full); turn alone after it: 20 + 2 = 22 ms
+    assert first_tokens(drain(core)) == {"long": 0.120, "turn": 0.142}
+
+
+def test_rule_spf_a_turn_rides_in_the_next_round_of_the_long_prompt():
+    core = make_chunked_core("shortest-prefill-first")
+    core.submit(req("long", 400, 1), 0.0)
+    core.submit(req("turn", 20, 1), 0.010)
+    # round 1 (0-30 ms): long 100. Round 2: 20 reserved for turn (20 < 300, 20 <= 100 - 1), so long
+    # takes 80 and turn 20: 30 ms, turn's first token at 60 ms. Then long: 100, 100, and its last 20
+    # (20 + 2 = 22 ms): 90, 120, 142 ms
+    assert first_tokens(drain(core)) == {"turn": 0.060, "long": 0.142}
+
+
+def test_rule_spf_admits_the_shortest_queued_request_first():
+    core = make_chunked_core("shortest-prefill-first", max_running=1)
+    core.submit(req("a", 10, 1), 0.0)  # 20 + 1 = 21 ms
+    core.submit(req("long", 50, 1), 0.005)
+    core.submit(req("short", 10, 1), 0.006)
+    # at 21 ms one place frees: short (10) before long (50): 21 + 21 = 42 ms, then long 42 + 25 = 67 ms
+    assert first_tokens(drain(core)) == {"a": 0.021, "short": 0.042, "long": 0.067}
+    fcfs = make_chunked_core("fcfs", max_running=1)
+    fcfs.submit(req("a", 10, 1), 0.0)
+    fcfs.submit(req("long", 50, 1), 0.005)
+    fcfs.submit(req("short", 10, 1), 0.006)
+    assert first_tokens(drain(fcfs)) == {"a": 0.021, "long": 0.046, "short": 0.067}
+
+
+def test_rule_backlog_counts_the_running_round_for_the_share_already_run():
+    core = make_chunked_core("shortest-prefill-first")
+    core.submit(req("long", 400, 1), 0.0)
+    core.submit(req("turn", 20, 1), 0.010)
+    core.advance_to(0.015)  # half of long's first round (100 tokens) run: 350 left; turn queued (20)
+    assert core.load().pending_prefill_tokens == 370
+    core.advance_to(0.045)  # round 2 (30-60 ms) half run: long 300 - 80 / 2, turn 20 - 20 / 2
+    assert core.load().pending_prefill_tokens == 270
+
+
+def test_rule_spf_needs_chunked_prefill():
+    with pytest.raises(ValueError, match="chunked_prefill_tokens"):
+        SimulatedEngineConfig(schedule_policy="shortest-prefill-first")
+    with pytest.raises(ValueError, match="at least page_tokens"):
+        SimulatedEngineConfig(chunked_prefill_tokens=32, page_tokens=64)

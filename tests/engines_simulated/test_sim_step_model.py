@@ -13,6 +13,7 @@ from ray_dspine.engines.simulated.profile import (
 )
 from ray_dspine.engines.simulated.step_model import (
     decode_step_ms,
+    prefill_alone_ms,
     prefill_step_ms,
     reference_output_tok_s,
     verify_step_ms,
@@ -51,6 +52,13 @@ def test_rule_verify_step_adds_draft_and_extra_query_tokens():
 def test_rule_prefill_costs_one_base_step_plus_uncached_tokens():
     # 20 + 0.1 * 500 = 70 ms
     assert prefill_step_ms(round_profile(), 500) == pytest.approx(70.0)
+
+
+def test_rule_a_chunked_prompt_alone_pays_one_base_step_per_chunk():
+    # 250 tokens in passes of 100: 3 passes, 0.1 * 250 + 3 * 20 = 85 ms; unchunked: 20 + 25 = 45 ms
+    assert prefill_alone_ms(round_profile(), 250, 100) == pytest.approx(85.0)
+    assert prefill_alone_ms(round_profile(), 200, 100) == pytest.approx(60.0)  # exactly 2 passes
+    assert prefill_alone_ms(round_profile(), 250) == pytest.approx(45.0)
 
 
 def test_rule_reference_throughput_is_batch_times_acceptance_over_step_time():

@@ -75,6 +75,15 @@ def test_rule_ttft_floor_counts_only_uncached_prompt_tokens():
     assert floors == pytest.approx([0.12917, 0.07797])
 
 
+def test_rule_ttft_floor_pays_one_base_step_per_chunk():
+    # 40,960 + 8 characters -> 10,243 tokens, nothing cached; in 4,096-token passes: 3 passes,
+    # 0.1 * 10,243 + 3 * 26.47 = 1,103.71 ms (unchunked: one base step, 1,050.77 ms)
+    requests = [trace_request("r0", "s0", 0.0, "a" * 40_960)]
+    chunked = RoutingBenchSettings(chunked_prefill_tokens=4096)
+    assert ttft_floor_sim_s(requests, chunked) == pytest.approx([1.10371])
+    assert ttft_floor_sim_s(requests, RoutingBenchSettings()) == pytest.approx([1.05077])
+
+
 def test_rule_prefix_hit_ceiling_over_the_ideal_cache():
     # Prompts as in the floor test: r0 (session s0) 1,027 tokens, nothing seen; r1 (session s1) 1,539 tokens,
     # its first 2 blocks seen in r0 (1,024 tokens), none in its own session; r2 repeats r0's text in s0:
@@ -304,6 +313,21 @@ def test_cli_an_empty_slice_is_named_with_exit_2_before_ray_starts(capsys, routi
 def test_cli_a_missing_trace_file_is_named_with_exit_2(capsys, routing_cli, tmp_path):
     assert routing_cli(["--traces-dir", str(tmp_path)]) == 2
     assert capsys.readouterr().err.startswith("error: argument --trace: trace 'mooncake' not found at ")
+
+
+def test_cli_schedule_policy_and_its_chunk_size(capsys, routing_cli):
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    args = ["routing", "--schedule-policy", "shortest-prefill-first", "--chunked-prefill-size", "8192"]
+    settings = settings_from_args(parser.parse_args(args))
+    assert settings.schedule_policy == "shortest-prefill-first" and settings.chunked_prefill_tokens == 8192
+    engine = bench_app_config(settings, "headroom").pools[0].engine
+    assert engine.schedule_policy == "shortest-prefill-first" and engine.chunked_prefill_tokens == 8192
+    assert settings_from_args(parser.parse_args(["routing", "--chunked-prefill-size", "0"])).chunked_prefill_tokens is None
+    assert routing_cli(["--schedule-policy", "shortest-prefill-first"]) == 2
+    assert capsys.readouterr().err.startswith(
+        "error: argument --chunked-prefill-size: Value error, shortest-prefill-first works on chunked prefill"
+    )
 
 
 def test_probe_counts_are_taken_off_but_peaks_kept():

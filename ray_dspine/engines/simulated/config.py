@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ...capacity.config import CapacityConfig
+from ..protocol import SchedulePolicy
 
 SimDrafter = Literal["dspine", "dflash2", "none"]
 
@@ -48,6 +49,33 @@ class SimulatedEngineConfig(BaseModel):
     )
     seed: int = Field(default=0, ge=0, description="Seed of acceptance draws; same seed, same draws.")
     max_running_requests: int = Field(default=64, ge=1, le=4096, description="Requests decoded at once, at most.")
+    schedule_policy: SchedulePolicy = Field(
+        default="fcfs",
+        description="SGLang's --schedule-policy for prefill: 'fcfs' (SGLang's default) or "
+        "'shortest-prefill-first' (SGLang >= 0.5.21: shortest uncached prefill first, and a long prompt's "
+        "chunks leave room in each round for shorter waiting prompts; needs chunked_prefill_tokens).",
+    )
+    chunked_prefill_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="SGLang's --chunked-prefill-size: prompt tokens per prefill forward pass (8192 on an H200); "
+        "None: each prompt prefills alone in one step, no chunking.",
+    )
+    page_tokens: int = Field(default=1, ge=1, description="SGLang's --page-size: KV tokens per page (1 by default).")
     accept_ema_weight: float = Field(
         default=0.05, gt=0.0, le=1.0, description="Weight of the newest verify step in the acceptance EMA."
     )
+
+    @model_validator(mode="after")
+    def _chunking_for_spf(self) -> "SimulatedEngineConfig":
+        if self.schedule_policy == "shortest-prefill-first" and self.chunked_prefill_tokens is None:
+            raise ValueError(
+                "schedule_policy 'shortest-prefill-first' works on chunked prefill: set chunked_prefill_tokens "
+                "(SGLang's --chunked-prefill-size; 8192 on an H200)"
+            )
+        if self.chunked_prefill_tokens is not None and self.chunked_prefill_tokens < self.page_tokens:
+            raise ValueError(
+                f"chunked_prefill_tokens ({self.chunked_prefill_tokens}) must be at least page_tokens "
+                f"({self.page_tokens})"
+            )
+        return self

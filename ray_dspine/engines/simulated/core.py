@@ -3,14 +3,17 @@
 Rules (times in simulated seconds; the caller advances time explicitly, the core never reads a clock):
   steps:     one step runs at a time and cannot be interrupted; the next starts the moment the last
              ends (or at submit, when idle). At each step start the core first admits, then runs
-               - a prefill step for the oldest admitted, unprefilled request if there is one
-                 (prefill first, as SGLang's default scheduler; one request per prefill step,
-                 no chunking), producing its first token, else
+               - a prefill round if an admitted request is still to prefill (prefill first, as
+                 SGLang's scheduler): which requests and how many tokens of each by
+                 prefill_rounds.py (config.schedule_policy, chunked_prefill_tokens; unchunked: the
+                 oldest request alone, whole); a request whose last token is prefilled produces its
+                 first token at the round's end, else
                - one decode step over every decoding request (continuous batching): a verify step
                  (k in 1..D tokens each, see acceptance.py) while the drafter is active, otherwise an
                  autoregressive step (1 token each); durations from step_model.py.
              Requests arriving mid-step join at the next step boundary.
-  admission: first come first served; the head of the queue blocks those behind it (no starvation);
+  admission: first come first served (shortest-prefill-first: in that policy's order, by uncached
+             tokens as the cache stands now, then arrival); the head blocks those behind it;
              refusal, hits, waiting and reservation in admission.py (memory in kv_pool.py, cache in
              prefix_cache.py); a request that can never run is refused at submit.
   counting:  verify_steps counts every target forward that produced tokens for the request,
@@ -18,8 +21,8 @@ Rules (times in simulated seconds; the caller advances time explicitly, the core
              is exactly 1.0 autoregressive; accept_histogram[k] counts steps that produced k + 1.
              A step's tokens are capped by the request's remaining max_tokens.
   backlog:   load() reports pending_prefill_tokens = uncached prompt tokens of queued requests (their
-             prefix hit as the cache stands now) + of admitted, unprefilled ones, the running prefill
-             counted for its unfinished share of the step; prefill_tokens_per_s = 1000 / per_token_ms;
+             prefix hit as the cache stands now) + those admitted requests have still to prefill, the
+             running round's tokens counted for its unfinished share; prefill_tokens_per_s = 1000 / per_token_ms;
              queued_kv_tokens = sum over queued requests of (uncached prompt + max_tokens), the KV
              they will reserve on admission; evictable_kv_tokens = cached blocks no running request
              pins (part of free_kv_tokens); decode_step_ms = the step model's duration of a decode
@@ -59,6 +62,7 @@ from ray_dspine.engines.simulated.admission import (
 )
 from ray_dspine.engines.simulated.config import SimulatedEngineConfig
 from ray_dspine.engines.simulated.kv_pool import MemoryPools
+from ray_dspine.engines.simulated.prefill_rounds import PrefillWork, plan_round, spf_order
 from ray_dspine.engines.simulated.prefix_cache import PrefixCache
 from ray_dspine.engines.simulated.profile import SimProfile
 from ray_dspine.engines.simulated.request import RunningRequest, SimCounters, SimEvent, SimEventKind, SimRequest
@@ -84,6 +88,7 @@ class _Step:
     start_s: float
     end_s: float
     request_ids: list[str]
+    tokens: tuple[int, ...] = ()  # prefill rounds: tokens of each request prefilled in the step
 
 
 class SimReplicaCore:
@@ -112,6 +117,8 @@ class SimReplicaCore:
         self._pools = MemoryPools(config.total_kv_tokens, config.num_state_slots, config.state_slots_per_request)
         self._cache = PrefixCache(config.prefix_block_tokens)
         self._queue: OrderedDict[str, SimRequest] = OrderedDict()
+        self._arrival: dict[str, int] = {}
+        self._num_arrivals = 0
         self._waited: set[str] = set()
         self._prefilling: OrderedDict[str, RunningRequest] = OrderedDict()
         self._decoding: dict[str, RunningRequest] = {}
@@ -163,6 +170,8 @@ class SimReplicaCore:
         if self._base_seed is None:
             self._base_seed = self._rng.getrandbits(63)
         self._queue[rid] = request
+        self._arrival[rid] = self._num_arrivals
+        self._num_arrivals += 1
         self._counters.num_submitted += 1
         if self._step is None:
             self._start_next_step(now_s)
@@ -174,6 +183,8 @@ class SimReplicaCore:
             self._release(run)
         elif self._queue.pop(request_id, None) is None:
             return False
+        else:
+            self._arrival.pop(request_id, None)
         self._waited.discard(request_id)
         self._counters.num_cancelled += 1
         return True
@@ -190,7 +201,7 @@ class SimReplicaCore:
     # ---- scheduling ---------------------------------------------------------------------------
     def _admit(self) -> None:
         while self._queue and len(self._prefilling) + len(self._decoding) < self.config.max_running_requests:
-            rid, req = next(iter(self._queue.items()))
+            rid, req = self._next_to_admit()
             plan = plan_admission(req, self._cache, self._pools)
             if not isinstance(plan, AdmissionPlan):
                 self._note_wait(rid, plan)
@@ -201,6 +212,7 @@ class SimReplicaCore:
             acceptance = None if self._acceptance is None else self._acceptance.for_request(self._base_seed or 0, rid)
             self._prefilling[rid] = RunningRequest(
                 request=req,
+                arrival=self._arrival.pop(rid),
                 cached_tokens=plan.cached_tokens,
                 private_kv_tokens=plan.private_kv_tokens,
                 pinned_hashes=list(plan.hit_hashes),
@@ -211,6 +223,17 @@ class SimReplicaCore:
             c.num_admitted += 1
             c.num_prefix_hit_tokens += plan.cached_tokens
             c.num_prefill_tokens += req.prompt_tokens - plan.cached_tokens
+
+    def _next_to_admit(self) -> tuple[str, SimRequest]:
+        if self.config.schedule_policy != "shortest-prefill-first":
+            return next(iter(self._queue.items()))
+        B = self._cache.block_tokens
+        works = []
+        for rid, req in self._queue.items():
+            uncached = req.prompt_tokens - hit_blocks(self._cache, req.prompt_tokens, req.prefix_block_hashes) * B
+            works.append(PrefillWork(rid, uncached, self._arrival[rid]))
+        rid = spf_order(works)[0].request_id
+        return rid, self._queue[rid]
 
     def _note_wait(self, rid: str, reason: WaitReason) -> None:
         if rid in self._waited:
@@ -223,10 +246,12 @@ class SimReplicaCore:
 
     def _start_next_step(self, t: float) -> None:
         self._admit()
+        tokens: tuple[int, ...] = ()
         if self._prefilling:
-            rid, run = next(iter(self._prefilling.items()))
-            ms = prefill_step_ms(self.profile, run.request.prompt_tokens - run.cached_tokens)
-            kind, ids = "prefill", [rid]
+            plan = self._plan_prefill_round()
+            tokens = tuple(n for _, n in plan)
+            ms = prefill_step_ms(self.profile, sum(tokens))
+            kind, ids = "prefill", [rid for rid, _ in plan]
         elif self._decoding:
             n = len(self._decoding)
             context = sum(run.context_tokens for run in self._decoding.values())
@@ -238,7 +263,19 @@ class SimReplicaCore:
             ids = list(self._decoding)
         else:
             return
-        self._step = _Step(kind=kind, start_s=t, end_s=t + ms / 1000.0, request_ids=ids)
+        self._step = _Step(kind=kind, start_s=t, end_s=t + ms / 1000.0, request_ids=ids, tokens=tokens)
+
+    def _plan_prefill_round(self) -> list[tuple[str, int]]:
+        chunked: PrefillWork | None = None
+        waiting: list[PrefillWork] = []
+        for rid, run in self._prefilling.items():
+            work = PrefillWork(rid, run.prefill_left_tokens, run.arrival)
+            if run.prefilled_tokens > 0:
+                chunked = work  # at most one request is ever cut
+            else:
+                waiting.append(work)
+        cfg = self.config
+        return plan_round(chunked, waiting, cfg.chunked_prefill_tokens, cfg.schedule_policy, cfg.page_tokens)
 
     def _complete(self, step: _Step) -> None:
         c = self._counters
@@ -247,9 +284,14 @@ class SimReplicaCore:
         t = step.end_s
         if step.kind == "prefill":
             c.num_prefill_steps += 1
-            run = self._prefilling.pop(step.request_ids[0], None)
-            if run is not None:
-                self._complete_prefill(run, t)
+            for rid, num_tokens in zip(step.request_ids, step.tokens):
+                run = self._prefilling.get(rid)
+                if run is None:  # cancelled mid-step
+                    continue
+                run.prefilled_tokens += num_tokens
+                if run.prefill_left_tokens <= 0:
+                    del self._prefilling[rid]
+                    self._complete_prefill(run, t)
             return
         speculative = step.kind == "verify"
         c.num_verify_steps += speculative
@@ -366,16 +408,14 @@ class SimReplicaCore:
         return prefill, kv
 
     def _unprefilled_tokens(self) -> int:
-        total = 0
+        """Tokens admitted requests have still to prefill, the running round's counted for its share run."""
+        total = sum(run.prefill_left_tokens for run in self._prefilling.values())
         step = self._step
-        for rid, run in self._prefilling.items():
-            tokens = run.request.prompt_tokens - run.cached_tokens
-            running = step is not None and step.kind == "prefill" and step.request_ids[0] == rid
-            if running and step.end_s > step.start_s:
-                left = min(1.0, max(0.0, (step.end_s - self._now_s) / (step.end_s - step.start_s)))
-                tokens = round(tokens * left)
-            total += tokens
-        return total
+        if step is None or step.kind != "prefill" or step.end_s <= step.start_s:
+            return total
+        done_share = min(1.0, max(0.0, (self._now_s - step.start_s) / (step.end_s - step.start_s)))
+        in_round = sum(n for rid, n in zip(step.request_ids, step.tokens) if rid in self._prefilling)
+        return max(0, round(total - in_round * done_share))
 
     def counters(self) -> SimCounters:
         snapshot = SimCounters(**vars(self._counters))

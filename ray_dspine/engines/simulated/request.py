@@ -63,7 +63,7 @@ class SimCounters(BaseModel):
     num_prefix_hit_tokens: int = 0
     num_prefill_tokens: int = Field(default=0, description="Uncached prompt tokens prefilled.")
     num_output_tokens: int = 0
-    num_prefill_steps: int = 0
+    num_prefill_steps: int = Field(default=0, description="Prefill passes (one prompt each, or one round when chunked).")
     num_decode_steps: int = Field(default=0, description="Batched autoregressive steps.")
     num_verify_steps: int = Field(default=0, description="Batched speculative (draft + verify) steps.")
     busy_s: float = Field(default=0.0, description="Simulated seconds spent in steps.")
@@ -80,6 +80,8 @@ class RunningRequest:
     private_kv_tokens: int
     pinned_hashes: list[str]
     acceptance: RequestAcceptance | None
+    arrival: int = 0  # order of submission to the replica (ties of the prefill schedule)
+    prefilled_tokens: int = 0  # of the uncached prompt, prefilled so far (chunked prefill)
     num_generated: int = 0
     num_steps: int = 0
     histogram: list[int] = field(default_factory=list)
@@ -88,6 +90,11 @@ class RunningRequest:
     @property
     def context_tokens(self) -> int:
         return self.request.prompt_tokens + self.num_generated
+
+    @property
+    def prefill_left_tokens(self) -> int:
+        """Uncached prompt tokens still to prefill (at least 1 before the first token: hits stop a token short)."""
+        return self.request.prompt_tokens - self.cached_tokens - self.prefilled_tokens
 
     @property
     def num_remaining(self) -> int:
