@@ -227,11 +227,7 @@ class SimReplicaCore:
     def _next_to_admit(self) -> tuple[str, SimRequest]:
         if self.config.schedule_policy != "shortest-prefill-first":
             return next(iter(self._queue.items()))
-        B = self._cache.block_tokens
-        works = []
-        for rid, req in self._queue.items():
-            uncached = req.prompt_tokens - hit_blocks(self._cache, req.prompt_tokens, req.prefix_block_hashes) * B
-            works.append(PrefillWork(rid, uncached, self._arrival[rid]))
+        works = [PrefillWork(rid, self._uncached_now(req), self._arrival[rid]) for rid, req in self._queue.items()]
         rid = spf_order(works)[0].request_id
         return rid, self._queue[rid]
 
@@ -399,13 +395,16 @@ class SimReplicaCore:
 
     def _queued_tokens(self) -> tuple[int, int]:
         """(uncached prompt tokens, KV tokens to reserve) of the queued requests."""
-        B = self._cache.block_tokens
         prefill = kv = 0
         for req in self._queue.values():
-            num_hit = hit_blocks(self._cache, req.prompt_tokens, req.prefix_block_hashes)
-            prefill += req.prompt_tokens - num_hit * B
-            kv += req.prompt_tokens - num_hit * B + req.max_tokens
+            uncached = self._uncached_now(req)
+            prefill += uncached
+            kv += uncached + req.max_tokens
         return prefill, kv
+
+    def _uncached_now(self, req: SimRequest) -> int:
+        """Prompt tokens a queued request would still prefill if it were admitted now (rule `hit`)."""
+        return req.prompt_tokens - self.cached_prompt_tokens(req.prompt_tokens, req.prefix_block_hashes)
 
     def _unprefilled_tokens(self) -> int:
         """Tokens admitted requests have still to prefill, the running round's counted for its share run."""
