@@ -101,7 +101,8 @@ FLAG_OF_FIELD = {
     "arrival_scale": "--arrival-scale", "session_rate_per_s": "--session-rate",
     "engine_time_scale": "--engine-time-scale", "max_tokens_cap": "--max-tokens-cap", "seed": "--seed",
     "repeats": "--repeats", "backlog_source": "--backlog", "schedule_policy": "--schedule-policy",
-    "chunked_prefill_tokens": "--chunked-prefill-size",
+    "chunked_prefill_tokens": "--chunked-prefill-size", "hicache_host_tokens": "--hicache-host-tokens",
+    "hicache_store_tokens": "--hicache-store-tokens", "hicache_write_policy": "--hicache-write-policy",
 }  # fmt: skip
 CHECK_COUNTERS = ("num_submitted", "num_admitted", "num_finished", "num_prefix_hit_tokens", "num_prefill_tokens",
                   "num_output_tokens", "num_waited_for_memory", "num_waited_for_state_slots")  # fmt: skip
@@ -157,6 +158,23 @@ def register(subparsers) -> None:
         "default and 0: each prompt prefills in one pass)",
     )  # fmt: skip
     parser.add_argument(
+        "--hicache-host-tokens", type=int, default=None, metavar="TOKENS",
+        help="each replica's HiCache host-memory tier, KV tokens, as SGLang's --enable-hierarchical-cache "
+        "(its default --hicache-ratio 2 gives 946020 on these replicas; default 0: none); a prompt's blocks "
+        "found there are loaded, not prefilled",
+    )  # fmt: skip
+    parser.add_argument(
+        "--hicache-store-tokens", type=int, default=None, metavar="TOKENS",
+        help="--virtual: a HiCache store every replica reads and writes, KV tokens, as SGLang's "
+        "--hicache-storage-backend mooncake (default 0: none)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--hicache-write-policy", default=None, choices=["write_back", "write_through"],
+        help="when blocks reach the HiCache tiers, as SGLang's --hicache-write-policy: on eviction from the GPU "
+        "(write_back, default) or when first cached (write_through; SGLang 0.5.23 skips it for prompts whose "
+        "prefill is chunked, sglang#33714)",
+    )  # fmt: skip
+    parser.add_argument(
         "--sweep-tolerance", default=None, metavar="LIST",
         help="--virtual: replay ours once per TTFT-guard tolerance (simulated s, or none), e.g. 0,2,4,6,8,none, "
         "against the baselines; prints the p99 TTFT / prefix-hit trade",
@@ -197,6 +215,9 @@ def settings_from_args(args) -> RoutingBenchSettings:
         "repeats": args.repeats,
         "backlog_source": args.backlog,
         "schedule_policy": args.schedule_policy,
+        "hicache_host_tokens": args.hicache_host_tokens,
+        "hicache_store_tokens": args.hicache_store_tokens,
+        "hicache_write_policy": args.hicache_write_policy,
     }
     values.update({k: v for k, v in options.items() if v is not None})
     if args.chunked_prefill_size is not None:
@@ -362,6 +383,11 @@ def routing_main(args) -> int:
         raise CliError("argument --backlog: the backlog's source is chosen in virtual time; add --virtual")
     if args.slices is not None and not args.virtual:
         raise CliError("argument --slices: several slices are replayed in virtual time; add --virtual")
+    if args.hicache_store_tokens and not args.virtual:
+        raise CliError(
+            "argument --hicache-store-tokens: a store shared by the replicas is modelled in virtual time; "
+            "add --virtual (the host tier, --hicache-host-tokens, runs through Ray too)"
+        )
     if args.slices is not None and args.sweep_tolerance is not None:
         raise CliError("argument --slices: a tolerance sweep replays one slice; choose it with --seed")
     if args.sweep_load is not None and not args.virtual:

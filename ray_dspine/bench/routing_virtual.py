@@ -7,6 +7,8 @@ the comparison Ray Serve's replay makes, without the host's scheduling noise (th
 tail moves by +-10% from run to run on 2 cores).
 
 Rules (simulated seconds throughout):
+  replicas   N cores from the bench's engine config; with settings.hicache_store_tokens one HiCache store
+             (kv_tiers.py) is shared by the N cores of a replay, a fresh one per replay.
   arrivals   a session's first turn arrives at its slice arrival; turn k at max(arrival_k, end of
              turn k-1) (the open-loop rule of the Ray replay).
   reports    replica k's load snapshot is taken every P = routing_stats_period_s / engine_time_scale,
@@ -53,6 +55,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..engines.prefill_backlog import PrefillBacklog
 from ..engines.protocol import LoadSnapshot
 from ..engines.simulated.core import SimReplicaCore
+from ..engines.simulated.kv_tiers import KvTier
 from ..engines.simulated.profile import load_profile
 from ..engines.simulated.request import SimRequest
 from ..pools import apply_plan, plan_pool
@@ -146,8 +149,10 @@ class _Replay:
         profile = load_profile(engine.profile)
         self.prefill_s = bench_prefill_seconds(settings)
         self.n = settings.num_replicas
+        store_blocks = settings.hicache_store_tokens // engine.prefix_block_tokens
+        store = KvTier(store_blocks) if store_blocks else None  # one store for every replica of the replay
         self.cores = [
-            SimReplicaCore(engine, profile, random.Random(engine_seed * 1000 + k), token_events=False)
+            SimReplicaCore(engine, profile, random.Random(engine_seed * 1000 + k), token_events=False, store=store)
             for k in range(self.n)
         ]
         self.ids = [f"replica-{k}" for k in range(self.n)]

@@ -44,6 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from ..capacity.config import CapacityConfig, DraftConfig
 from ..config import AppConfig, DeploymentOptions, PoolConfig, ServerConfig
 from ..engines.simulated.config import SimulatedEngineConfig
+from ..engines.simulated.kv_tiers import WritePolicy
 from ..engines.simulated.profile import load_profile
 from ..engines.protocol import SchedulePolicy
 from ..engines.simulated.step_model import prefill_alone_ms
@@ -127,6 +128,20 @@ class RoutingBenchSettings(BaseModel):
         ge=1,
         validate_default=True,
         description="The replicas' --chunked-prefill-size, tokens (None: unchunked).",
+    )
+    hicache_host_tokens: int = Field(
+        default=0,
+        ge=0,
+        description="Each replica's HiCache host tier, KV tokens (SGLang's --enable-hierarchical-cache; 0: off).",
+    )
+    hicache_store_tokens: int = Field(
+        default=0,
+        ge=0,
+        description="A HiCache store shared by the replicas (--hicache-storage-backend), KV tokens (virtual "
+        "replay only; 0: none).",
+    )
+    hicache_write_policy: WritePolicy = Field(
+        default="write_back", description="The replicas' --hicache-write-policy, for the host tier and the store."
     )
     seed: int = Field(default=0, ge=0, description="Session sampling, arrival spreading and engine draws.")
     repeats: int = Field(
@@ -360,6 +375,8 @@ def bench_app_config(settings: RoutingBenchSettings, policy: PolicyName) -> AppC
         seed=settings.seed,
         schedule_policy=settings.schedule_policy,
         chunked_prefill_tokens=settings.chunked_prefill_tokens,
+        hicache_host_tokens=settings.hicache_host_tokens,
+        hicache_write_policy=settings.hicache_write_policy,
     )
     router = RouterConfig(
         policy=policy,

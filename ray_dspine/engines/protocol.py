@@ -105,6 +105,12 @@ class LoadSnapshot(BaseModel):
 
     healthy: bool = True
     total_kv_tokens: int = 0
+    host_kv_tokens: int = Field(
+        default=0,
+        ge=0,
+        description="KV tokens of the HiCache host tier (SGLang's --enable-hierarchical-cache, sized by "
+        "--hicache-ratio or --hicache-size): prefixes evicted from the GPU there still hit; 0: none.",
+    )
     free_kv_tokens: int = 0
     total_state_slots: int = 0
     free_state_slots: int = 0

@@ -1,7 +1,8 @@
 """The headroom routing pipeline: reservations, filters, weighted scorers, picker.
 
     index    = each reporting replica's prefix-index capacity set to
-               min(prefix_index_capacity_blocks, total_kv_tokens(r) // prefix_block_tokens);
+               min(prefix_index_capacity_blocks, (total_kv_tokens(r) + host_kv_tokens(r)) // prefix_block_tokens)
+               (a HiCache host tier keeps what the GPU cache lets go);
                a replica whose report's cache_generation differs from its last one is first
                forgotten there (its engine restarted with an empty cache)
     views    = ledger.apply(replicas)                        (placements not yet in the reports)
@@ -175,7 +176,8 @@ class RoutingPipeline:
                     self._cache_generations[view.replica_id] = view.load.cache_generation
                     self.prefix_index.remove_replica(view.replica_id)
             if view.reported and view.load.total_kv_tokens > 0:
-                blocks = max(1, view.load.total_kv_tokens // self._config.prefix_block_tokens)
+                held_tokens = view.load.total_kv_tokens + view.load.host_kv_tokens
+                blocks = max(1, held_tokens // self._config.prefix_block_tokens)
                 capacity = min(self._config.prefix_index_capacity_blocks, blocks)
                 if self.prefix_index.capacity(view.replica_id) != capacity:
                     self.prefix_index.resize(view.replica_id, capacity)

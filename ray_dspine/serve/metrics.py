@@ -86,6 +86,7 @@ class ReplicaMetrics:
         self._usd_per_hour = usd_per_hour
         self.kv_free = metrics.Gauge("dspine_kv_free_tokens", "Free KV-cache tokens.", REPLICA_TAGS)
         self.kv_total = metrics.Gauge("dspine_kv_total_tokens", "KV-cache tokens.", REPLICA_TAGS)
+        self.kv_host = metrics.Gauge("dspine_kv_host_tokens", "KV tokens of the HiCache host tier.", REPLICA_TAGS)
         self.state_free = metrics.Gauge("dspine_state_free_slots", "Free Mamba-state slots.", REPLICA_TAGS)
         self.state_total = metrics.Gauge("dspine_state_total_slots", "Mamba-state slots.", REPLICA_TAGS)
         self.running = metrics.Gauge("dspine_running_requests", "Requests being decoded.", REPLICA_TAGS)
@@ -100,6 +101,7 @@ class ReplicaMetrics:
         tags = self._tags
         self.kv_free.set(load.free_kv_tokens, tags=tags)
         self.kv_total.set(load.total_kv_tokens, tags=tags)
+        self.kv_host.set(load.host_kv_tokens, tags=tags)
         self.state_free.set(load.free_state_slots, tags=tags)
         self.state_total.set(load.total_state_slots, tags=tags)
         self.running.set(load.num_running, tags=tags)

@@ -12,6 +12,7 @@ import pytest
 from ray_dspine.engines.protocol import EngineError
 from ray_dspine.engines.simulated.config import SimulatedEngineConfig
 from ray_dspine.engines.simulated.core import SimReplicaCore
+from ray_dspine.engines.simulated.kv_tiers import KvTier
 from ray_dspine.engines.simulated.profile import (
     CalibrationPoint,
     DecodeModel,
@@ -346,3 +347,84 @@ def test_rule_spf_needs_chunked_prefill():
         SimulatedEngineConfig(schedule_policy="shortest-prefill-first")
     with pytest.raises(ValueError, match="at least page_tokens"):
         SimulatedEngineConfig(chunked_prefill_tokens=32, page_tokens=64)
+
+
+def tiered_core(host_tokens=16, policy="write_back", total_kv=20, store=None) -> SimReplicaCore:
+    config = SimulatedEngineConfig(
+        profile="round", workload="full", drafter="none", total_kv_tokens=total_kv, num_state_slots=8,
+        prefix_block_tokens=4, max_running_requests=8, hicache_host_tokens=host_tokens,
+        hicache_write_policy=policy, hicache_load_ms_per_token=0.5,
+    )  # fmt: skip
+    return SimReplicaCore(config, round_profile(), random.Random(0), store=store)
+
+
+def test_rule_hicache_a_block_evicted_to_the_host_tier_is_loaded_not_prefilled():
+    core = tiered_core()
+    core.submit(req("a", 8, 2, ["h0", "h1"]), 0.0)
+    drain(core)  # device cache: h0, h1, both evictable
+    core.submit(req("b", 12, 4, ["g0", "g1", "g2"]), core.now_s)  # needs 16 of 12 free: h1 evicted to host
+    drain(core)
+    assert not core.prefix_cache.contains("h1") and core.prefix_cache.tiers.host.contains("h1")
+    t0 = core.now_s
+    core.submit(req("c", 10, 2, ["h0", "h1"]), t0)
+    # h0 on the device (d = 1), h1 in the host tier: h = min(1 + 1, (10 - 1) // 4 = 2) = 2, 4 tokens loaded;
+    # prefill 20 + 0.1 * (10 - 8) = 20.2 ms, plus the load 4 * 0.5 = 2 ms
+    c = drain(core)
+    assert c[0].kind == "first_token" and c[0].time_s - t0 == pytest.approx(0.0222)
+    assert c[-1].usage.cached_prompt_tokens == 8
+    counters = core.counters()
+    assert counters.num_prefix_hit_tokens == 8 and counters.num_tier_hit_tokens == 4
+    assert counters.num_prefill_tokens == 8 + 12 + 2
+    assert core.prefix_cache.contains("h1")  # the loaded block is on the device again
+    assert core.load().host_kv_tokens == 16
+
+
+def test_rule_hicache_loaded_blocks_take_device_kv_like_prefilled_ones():
+    core = tiered_core()
+    core.submit(req("a", 8, 2, ["h0", "h1"]), 0.0)
+    drain(core)
+    core.submit(req("b", 12, 4, ["g0", "g1", "g2"]), core.now_s)
+    drain(core)  # device: h0 and g0..g2 cached (16 tokens, all evictable), 4 free
+    core.submit(req("c", 10, 2, ["h0", "h1"]), core.now_s)
+    # private = 10 - 1 * 4 (h0 pinned) + 2 = 8 tokens: the 4 loaded ones included; 4 free, so one block evicted
+    assert core.counters().num_evicted_blocks == 2  # h1 earlier, one g block now
+    assert core.load().free_kv_tokens == 20 - 4 - 8  # h0 pinned, 8 reserved; the other g blocks evictable
+
+
+def test_rule_hicache_write_through_fills_the_tier_as_blocks_are_first_cached():
+    core = tiered_core(policy="write_through")
+    core.submit(req("a", 8, 2, ["h0", "h1"]), 0.0)
+    drain(core)
+    host = core.prefix_cache.tiers.host
+    assert host.contains("h0") and host.contains("h1") and core.counters().num_evicted_blocks == 0
+
+
+def test_rule_hicache_a_shared_store_gives_one_replica_what_another_prefilled():
+    store = KvTier(16)
+    first = tiered_core(host_tokens=0, policy="write_through", store=store)
+    second = tiered_core(host_tokens=0, policy="write_through", store=store)
+    first.submit(req("a", 10, 2, ["h0", "h1"]), 0.0)
+    drain(first)
+    second.submit(req("b", 10, 2, ["h0", "h1"]), 0.0)
+    b = drain(second)
+    # nothing on second's device; both blocks in the store: 8 tokens loaded, 2 prefilled
+    # 20 + 0.1 * 2 + 0.5 * 8 = 24.2 ms
+    assert b[0].time_s == pytest.approx(0.0242) and b[-1].usage.cached_prompt_tokens == 8
+    assert second.counters().num_tier_hit_tokens == 8 and second.load().host_kv_tokens == 0
+
+
+def test_rule_hicache_a_chunked_request_pays_its_load_in_its_first_round_only():
+    config = SimulatedEngineConfig(
+        profile="round", workload="full", drafter="none", total_kv_tokens=100, num_state_slots=8,
+        prefix_block_tokens=4, max_running_requests=8, hicache_write_policy="write_through",
+        hicache_load_ms_per_token=0.5, chunked_prefill_tokens=4,
+    )  # fmt: skip
+    store = KvTier(16)
+    seed = SimReplicaCore(config, round_profile(), random.Random(0), store=store)
+    seed.submit(req("a", 9, 1, ["h0", "h1"]), 0.0)
+    drain(seed)
+    core = SimReplicaCore(config, round_profile(), random.Random(0), store=store)
+    core.submit(req("b", 17, 1, ["h0", "h1", "x2", "x3"]), 0.0)
+    b = drain(core)
+    # 8 tokens loaded (h0, h1), 9 to prefill in rounds of 4, 4, 1: (20 + 0.4 + 4) + (20 + 0.4) + (20 + 0.1) ms
+    assert b[0].time_s == pytest.approx(0.0649)

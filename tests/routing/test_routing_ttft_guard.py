@@ -136,3 +136,13 @@ def test_rule_pipeline_sizes_each_prefix_index_to_the_replicas_kv_cache():
     p.choose(request, [view("small", total_kv_tokens=1_100), view("large")])
     assert p.prefix_index.capacity("small") == 2 and p.prefix_index.capacity("large") == 8
     assert p.prefix_index.depths(request.prefix_hashes) == {"small": 2, "large": 4}
+
+
+def test_rule_pipeline_counts_a_hicache_host_tier_in_the_prefix_index():
+    p = RoutingPipeline(RouterConfig(prefix_block_tokens=512), clock=lambda: 0.0)
+    request = RequestView("q", prefix_hashes=("h0",), needed_kv_tokens=10)
+    hosted = view("hosted", total_kv_tokens=1_100)
+    hosted = ReplicaView("hosted", hosted.load.model_copy(update={"host_kv_tokens": 2_000}), 0.0)
+    # hosted: (1,100 GPU + 2,000 host) // 512 = 6 blocks; plain: 1,100 // 512 = 2
+    p.choose(request, [hosted, view("plain", total_kv_tokens=1_100)])
+    assert p.prefix_index.capacity("hosted") == 6 and p.prefix_index.capacity("plain") == 2

@@ -295,6 +295,9 @@ def test_rule_each_replay_keeps_its_own_hit_rate():
         (["--routers", "bogus"], "argument --routers: Input should be 'headroom', 'cache_aware', 'least_load' or 'pow2'"),
         (["--engine-time-scale", "-1"], "argument --engine-time-scale: Input should be greater than 0 (got -1.0)"),
         (["--trace", "no-such-trace"], "argument --trace: 'no-such-trace' is neither a known trace"),
+        (["--hicache-host-tokens", "-1"], "argument --hicache-host-tokens: Input should be greater than or equal to 0"),
+        (["--hicache-store-tokens", "1000"], "argument --hicache-store-tokens: a store shared by the replicas is "
+         "modelled in virtual time; add --virtual"),
     ],
 )
 def test_cli_bad_input_is_named_with_exit_2_before_ray_starts(argv, message, capsys):
@@ -328,6 +331,17 @@ def test_cli_schedule_policy_and_its_chunk_size(capsys, routing_cli):
     assert capsys.readouterr().err.startswith(
         "error: argument --chunked-prefill-size: Value error, shortest-prefill-first works on chunked prefill"
     )
+
+
+def test_cli_hicache_flags_reach_every_replicas_engine():
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    args = ["routing", "--hicache-host-tokens", "946020", "--hicache-write-policy", "write_through"]
+    settings = settings_from_args(parser.parse_args(args))
+    engine = bench_app_config(settings, "cache_aware").pools[0].engine
+    assert engine.hicache_host_tokens == 946_020 and engine.hicache_write_policy == "write_through"
+    plain = bench_app_config(settings_from_args(parser.parse_args(["routing"])), "headroom").pools[0].engine
+    assert plain.hicache_host_tokens == 0 and plain.hicache_write_policy == "write_back"
 
 
 def test_probe_counts_are_taken_off_but_peaks_kept():

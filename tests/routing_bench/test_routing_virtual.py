@@ -97,6 +97,21 @@ def test_rule_same_seeds_same_figures():
     assert runs[0] == runs[1]
 
 
+def test_rule_a_hicache_store_is_shared_by_the_replicas_of_a_replay():
+    # pow2 at engine seed 0 puts r0 and r1 on different replicas: r1 hits nothing on its own, but with a
+    # store that r0's prefill wrote (write_through) it loads the 1,024 shared tokens: 1024 / 2566
+    requests = two_requests()
+    apart = replay_virtual(requests, SETTINGS, "pow2", engine_seed=0, floors_sim_s={})
+    assert apart.requests_per_replica == [1, 1] and apart.prefix_hit_rate == 0.0
+    stored = SETTINGS.model_copy(update={"hicache_store_tokens": 4096, "hicache_write_policy": "write_through"})
+    shared = replay_virtual(requests, stored, "pow2", engine_seed=0, floors_sim_s={})
+    assert shared.requests_per_replica == [1, 1] and shared.prefix_hit_rate == pytest.approx(1024 / 2566)
+    first, second = _Replay(stored, "pow2", 0, None), _Replay(stored, "pow2", 0, None)
+    stores = [core.prefix_cache.tiers.store for core in first.cores]
+    assert stores[0] is stores[1] and stores[0].capacity_blocks == 4096 // 512
+    assert second.cores[0].prefix_cache.tiers.store is not stores[0]  # a fresh store per replay
+
+
 def test_rule_every_replica_has_reported_before_the_first_arrival():
     settings = SETTINGS.model_copy(update={"num_replicas": 4})
     replay = _Replay(settings, "headroom", 0, None)

@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ...artifacts import ArtifactRef
 from ...capacity import CapacityConfig
+from .hicache import check_args as check_hicache_args
 
 SpeculativeAlgorithm = Literal["DSPINE", "DFLASH"]
 # Subsets of SGLang's ATTENTION_BACKEND_CHOICES / DRAFT_ATTENTION_BACKEND_CHOICES /
@@ -101,6 +102,7 @@ class SGLangEngineConfig(BaseModel):
         logging_flags = [arg for arg in self.extra_args if arg.split("=", 1)[0].startswith("--log-requests")]
         if logging_flags:
             raise ValueError(f"extra_args may not log request contents: remove {logging_flags}")
+        check_hicache_args(self.extra_args)
         if self.restart_backoff_max_s < self.restart_backoff_s:
             raise ValueError("restart_backoff_max_s must be at least restart_backoff_s")
         return self

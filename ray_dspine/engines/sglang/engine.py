@@ -233,7 +233,7 @@ class SGLangEngine:
         serving = sup is not None and sup.state == "ready" and not sup.draining
         self._snapshot = build_snapshot(
             inputs, self._current_plan(), healthy=ok and serving, drafter_active=sup is not None and sup.drafter_active,
-            accept_ema=self._accept_ema,
+            accept_ema=self._accept_ema, extra_args=self.config.extra_args,
         )
         if sup is not None and sup.num_launches != self._launches_seen:  # a new server caches nothing yet
             self._launches_seen = sup.num_launches

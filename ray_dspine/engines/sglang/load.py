@@ -20,11 +20,14 @@ Rules (sums over DP ranks; M = the gauges, L = /v1/loads, P = the capacity plan)
   L5 EMA      e <- (1 - a) * e + a * x per finished speculative request with acceptance length x, start 1.0;
               reported as 1.0 while the replica decodes autoregressively.
   L6 draft_vram_gb = P.draft_vram_gb while the drafter runs, else 0.
+  L7 host_kv_tokens = the HiCache host tier the launch arguments give (hicache.py) over total_kv device
+     tokens at P.target_kv_bytes_per_token; 0 without --enable-hierarchical-cache.
 Complexity: O(metric samples) per poll.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +35,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ...capacity import CapacityPlan
 from ..protocol import LoadSnapshot
+from .hicache import host_kv_tokens
 
 GAUGES = (
     "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:max_total_num_tokens",
@@ -67,7 +71,13 @@ class LoadInputs:
 
 
 def build_snapshot(
-    inputs: LoadInputs, plan: CapacityPlan, *, healthy: bool, drafter_active: bool, accept_ema: float
+    inputs: LoadInputs,
+    plan: CapacityPlan,
+    *,
+    healthy: bool,
+    drafter_active: bool,
+    accept_ema: float,
+    extra_args: Sequence[str] = (),
 ) -> LoadSnapshot:
     ranks = list((inputs.loads or {}).get("loads") or [])
     gauges = inputs.gauges
@@ -96,6 +106,7 @@ def build_snapshot(
     return LoadSnapshot(
         healthy=healthy,
         total_kv_tokens=total_kv,
+        host_kv_tokens=host_kv_tokens(extra_args, total_kv, max(1, plan.target_kv_bytes_per_token)),
         free_kv_tokens=free_kv,
         evictable_kv_tokens=evictable,
         total_state_slots=max_running * per_request,

@@ -3,11 +3,15 @@
 Rules (P = prompt tokens, M = max_tokens, B = block tokens, K = total_kv_tokens, S = state slots,
 s = slots per request; memory accounting in kv_pool.py, cache rules in prefix_cache.py):
   refuse:  P + M > K, or s > S: the request could never run, even alone on an empty replica.
-  hit:     h = min(leading cached blocks among the prompt's floor(P / B) full blocks, floor((P - 1) / B))
-           (at least one prompt token is always prefilled, to produce the first token).
-  wait:    if free slots < s ("state_slots"), else if free + evictable-not-hit < P - h * B + M ("memory").
-  reserve: pin the h hit blocks, evict least-recently-used unreferenced blocks only for what is
-           missing, then reserve R = P - h * B + M tokens and s slots. Afterwards free >= 0 always.
+  hit:     d = leading device-cached blocks among the prompt's floor(P / B) full blocks, t = the blocks
+           the HiCache tiers hold right after them (kv_tiers.py; 0 without tiers);
+           h = min(d + t, floor((P - 1) / B)) (at least one prompt token is always prefilled, to
+           produce the first token); of those, h_d = min(d, h) are on the device and h - h_d are loaded
+           from a tier (not prefilled, but they need device KV like prefilled tokens).
+  wait:    if free slots < s ("state_slots"), else if free + evictable-not-hit < P - h_d * B + M ("memory").
+  reserve: pin the h_d device blocks, evict least-recently-used unreferenced blocks only for what is
+           missing, then reserve R = P - h_d * B + M tokens and s slots; the loaded blocks become the
+           tiers' most recent. Afterwards free >= 0 always.
 Parameters: B >= 1 tokens; K >= 1 tokens; S, s >= 1.
 Complexity: O(full prompt blocks) per call.
 """
@@ -29,9 +33,10 @@ WaitReason = Literal["state_slots", "memory"]
 
 @dataclass(frozen=True)
 class AdmissionPlan:
-    hit_hashes: tuple[str, ...]
-    cached_tokens: int
+    hit_hashes: tuple[str, ...]  # the h_d device blocks to pin
+    cached_tokens: int  # h * B: prompt tokens not prefilled (device hits and tier loads)
     private_kv_tokens: int
+    loaded_tokens: int = 0  # (h - h_d) * B: of cached_tokens, those loaded from a HiCache tier
 
 
 def refusal(request: SimRequest, config: SimulatedEngineConfig) -> EngineError | None:
@@ -54,10 +59,18 @@ def refusal(request: SimRequest, config: SimulatedEngineConfig) -> EngineError |
     return None
 
 
-def hit_blocks(cache: PrefixCache, prompt_tokens: int, prefix_block_hashes: Sequence[str]) -> int:
-    """Rule `hit`: h, the prompt's leading blocks this cache would give it now."""
+def hit_split(cache: PrefixCache, prompt_tokens: int, prefix_block_hashes: Sequence[str]) -> tuple[int, int]:
+    """Rule `hit`: (h, h_d), the prompt's leading blocks this cache and its tiers would give it now."""
     B = cache.block_tokens
-    return min(cache.match(prefix_block_hashes[: prompt_tokens // B]), (prompt_tokens - 1) // B)
+    full = prefix_block_hashes[: prompt_tokens // B]
+    on_device = cache.match(full)
+    num_hit = min(on_device + cache.tier_run(full, on_device), (prompt_tokens - 1) // B)
+    return num_hit, min(on_device, num_hit)
+
+
+def hit_blocks(cache: PrefixCache, prompt_tokens: int, prefix_block_hashes: Sequence[str]) -> int:
+    """Rule `hit`: h, the prompt's leading blocks this cache (with its tiers) would give it now."""
+    return hit_split(cache, prompt_tokens, prefix_block_hashes)[0]
 
 
 def plan_admission(
@@ -66,16 +79,26 @@ def plan_admission(
     if not pools.slots_fit():
         return "state_slots"
     B = cache.block_tokens
-    num_hit = hit_blocks(cache, request.prompt_tokens, request.prefix_block_hashes)
-    hit_hashes = request.prefix_block_hashes[:num_hit]
-    private = request.prompt_tokens - num_hit * B + request.max_tokens
+    num_hit, on_device = hit_split(cache, request.prompt_tokens, request.prefix_block_hashes)
+    hit_hashes = request.prefix_block_hashes[:on_device]
+    private = request.prompt_tokens - on_device * B + request.max_tokens
     if not pools.kv_fits(private, cache.cached_tokens, cache.evictable_tokens_excluding(hit_hashes)):
         return "memory"
-    return AdmissionPlan(hit_hashes=hit_hashes, cached_tokens=num_hit * B, private_kv_tokens=private)
+    return AdmissionPlan(
+        hit_hashes=hit_hashes,
+        cached_tokens=num_hit * B,
+        private_kv_tokens=private,
+        loaded_tokens=(num_hit - on_device) * B,
+    )
 
 
-def commit_admission(plan: AdmissionPlan, cache: PrefixCache, pools: MemoryPools) -> None:
+def commit_admission(
+    plan: AdmissionPlan, cache: PrefixCache, pools: MemoryPools, prefix_block_hashes: Sequence[str] = ()
+) -> None:
     cache.pin(plan.hit_hashes)
+    if plan.loaded_tokens and cache.tiers is not None:
+        B = cache.block_tokens
+        cache.tiers.touch(prefix_block_hashes[len(plan.hit_hashes) : plan.cached_tokens // B])
     missing = plan.private_kv_tokens - pools.free_kv_tokens(cache.cached_tokens)
     if missing > 0:
         cache.evict(missing)

@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ...capacity.config import CapacityConfig
 from ..protocol import SchedulePolicy
+from .kv_tiers import WritePolicy
 
 SimDrafter = Literal["dspine", "dflash2", "none"]
 
@@ -62,6 +63,24 @@ class SimulatedEngineConfig(BaseModel):
         "None: each prompt prefills alone in one step, no chunking.",
     )
     page_tokens: int = Field(default=1, ge=1, description="SGLang's --page-size: KV tokens per page (1 by default).")
+    hicache_host_tokens: int = Field(
+        default=0,
+        ge=0,
+        description="SGLang's HiCache host-memory tier (--enable-hierarchical-cache): KV tokens kept in host "
+        "memory once the GPU cache lets them go, loaded back instead of prefilled (SGLang sizes it by "
+        "--hicache-ratio, default 2 x the GPU pool, or --hicache-size in GB); 0: off.",
+    )
+    hicache_write_policy: WritePolicy = Field(
+        default="write_back",
+        description="SGLang's --hicache-write-policy: 'write_back' (blocks go to the tiers when the GPU cache "
+        "evicts them) or 'write_through' (when first cached; SGLang 0.5.23 skips prompts whose prefill is "
+        "chunked, sglang#33714, so this is the policy as it would be with that fixed).",
+    )
+    hicache_load_ms_per_token: float = Field(
+        default=0.002,
+        ge=0.0,
+        description="GPU ms to load one token's KV from a HiCache tier (65,536 B per token at ~32 GB/s).",
+    )
     accept_ema_weight: float = Field(
         default=0.05, gt=0.0, le=1.0, description="Weight of the newest verify step in the acceptance EMA."
     )

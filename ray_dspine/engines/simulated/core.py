@@ -16,6 +16,10 @@ Rules (times in simulated seconds; the caller advances time explicitly, the core
              tokens as the cache stands now, then arrival); the head blocks those behind it;
              refusal, hits, waiting and reservation in admission.py (memory in kv_pool.py, cache in
              prefix_cache.py); a request that can never run is refused at submit.
+  hicache:   with a host tier (config.hicache_host_tokens) or a store shared with other cores, the
+             prompt blocks found there after the device hit are loaded, not prefilled (kv_tiers.py);
+             a prefill round lasts hicache_load_ms_per_token longer per token loaded for the requests
+             in their first round; loaded blocks join the device cache with the prefilled ones.
   counting:  verify_steps counts every target forward that produced tokens for the request,
              the prefill's first token included, so acceptance length = completion / verify_steps
              is exactly 1.0 autoregressive; accept_histogram[k] counts steps that produced k + 1.
@@ -62,6 +66,7 @@ from ray_dspine.engines.simulated.admission import (
 )
 from ray_dspine.engines.simulated.config import SimulatedEngineConfig
 from ray_dspine.engines.simulated.kv_pool import MemoryPools
+from ray_dspine.engines.simulated.kv_tiers import KvTier, KvTiers
 from ray_dspine.engines.simulated.prefill_rounds import PrefillWork, plan_round, spf_order
 from ray_dspine.engines.simulated.prefix_cache import PrefixCache
 from ray_dspine.engines.simulated.profile import SimProfile
@@ -98,6 +103,7 @@ class SimReplicaCore:
         profile: SimProfile,
         rng: random.Random,
         token_events: bool = True,
+        store: KvTier | None = None,
     ):
         self.config = config
         self._token_events = token_events
@@ -115,7 +121,7 @@ class SimReplicaCore:
         )
         self._histogram_len = 1 if self._drafter is None else self._drafter.draft_tokens
         self._pools = MemoryPools(config.total_kv_tokens, config.num_state_slots, config.state_slots_per_request)
-        self._cache = PrefixCache(config.prefix_block_tokens)
+        self._cache = PrefixCache(config.prefix_block_tokens, self._tiers(config, store))
         self._queue: OrderedDict[str, SimRequest] = OrderedDict()
         self._arrival: dict[str, int] = {}
         self._num_arrivals = 0
@@ -132,6 +138,13 @@ class SimReplicaCore:
         self._elapsed_s = 0.0  # time-decayed seconds elapsed, idle included
         self._share_at_s = 0.0
         self._counters = _Tally()
+
+    @staticmethod
+    def _tiers(config: SimulatedEngineConfig, store: KvTier | None) -> KvTiers | None:
+        host_blocks = config.hicache_host_tokens // config.prefix_block_tokens
+        if host_blocks == 0 and store is None:
+            return None
+        return KvTiers(KvTier(host_blocks) if host_blocks else None, store, config.hicache_write_policy)
 
     # ---- time -------------------------------------------------------------------------------
     @property
@@ -208,7 +221,7 @@ class SimReplicaCore:
                 return
             del self._queue[rid]
             self._waited.discard(rid)
-            commit_admission(plan, self._cache, self._pools)
+            commit_admission(plan, self._cache, self._pools, req.prefix_block_hashes)
             acceptance = None if self._acceptance is None else self._acceptance.for_request(self._base_seed or 0, rid)
             self._prefilling[rid] = RunningRequest(
                 request=req,
@@ -218,10 +231,12 @@ class SimReplicaCore:
                 pinned_hashes=list(plan.hit_hashes),
                 acceptance=acceptance,
                 histogram=[0] * self._histogram_len,
+                loaded_tokens=plan.loaded_tokens,
             )
             c = self._counters
             c.num_admitted += 1
             c.num_prefix_hit_tokens += plan.cached_tokens
+            c.num_tier_hit_tokens += plan.loaded_tokens
             c.num_prefill_tokens += req.prompt_tokens - plan.cached_tokens
 
     def _next_to_admit(self) -> tuple[str, SimRequest]:
@@ -246,7 +261,7 @@ class SimReplicaCore:
         if self._prefilling:
             plan = self._plan_prefill_round()
             tokens = tuple(n for _, n in plan)
-            ms = prefill_step_ms(self.profile, sum(tokens))
+            ms = prefill_step_ms(self.profile, sum(tokens)) + self._load_ms(rid for rid, _ in plan)
             kind, ids = "prefill", [rid for rid, _ in plan]
         elif self._decoding:
             n = len(self._decoding)
@@ -260,6 +275,13 @@ class SimReplicaCore:
         else:
             return
         self._step = _Step(kind=kind, start_s=t, end_s=t + ms / 1000.0, request_ids=ids, tokens=tokens)
+
+    def _load_ms(self, request_ids) -> float:
+        """Loading from the HiCache tiers, paid in a request's first prefill round."""
+        loaded = sum(
+            self._prefilling[rid].loaded_tokens for rid in request_ids if self._prefilling[rid].prefilled_tokens == 0
+        )
+        return loaded * self.config.hicache_load_ms_per_token
 
     def _plan_prefill_round(self) -> list[tuple[str, int]]:
         chunked: PrefillWork | None = None
@@ -311,8 +333,8 @@ class SimReplicaCore:
     def _complete_prefill(self, run: RunningRequest, t: float) -> None:
         req = run.request
         B = self.config.prefix_block_tokens
-        new_hashes = req.prefix_block_hashes[run.cached_tokens // B : req.prompt_tokens // B]
-        for block_hash in new_hashes:  # this prefill's full blocks move from the request to the cache
+        new_hashes = req.prefix_block_hashes[(run.cached_tokens - run.loaded_tokens) // B : req.prompt_tokens // B]
+        for block_hash in new_hashes:  # this prefill's (and load's) full blocks move from the request to the cache
             self._cache.insert(block_hash)
             self._pools.shrink(B)
             run.private_kv_tokens -= B
@@ -346,6 +368,7 @@ class SimReplicaCore:
         return LoadSnapshot(
             healthy=True,
             total_kv_tokens=self.config.total_kv_tokens,
+            host_kv_tokens=self.config.hicache_host_tokens,
             free_kv_tokens=self._pools.free_kv_tokens(cached) + self._cache.evictable_tokens,
             evictable_kv_tokens=self._cache.evictable_tokens,
             total_state_slots=self.config.num_state_slots,

@@ -10,6 +10,9 @@ Rules (B = prefix_block_tokens; hashes are chained, so block i's hash names the 
   evict:  to free T tokens, drop the least recently released unreferenced blocks, oldest first,
           until >= T tokens are freed or none is left; each dropped block counts one eviction.
   size:   cached tokens = B * number of blocks (pinned + evictable).
+  tiers:  with HiCache tiers (kv_tiers.py), each block first inserted is offered to them (write_through)
+          and each evicted block is written to them (write_back); `tier_run` is how far the tiers
+          extend the device's leading run.
 Parameters: B in [1, 65536] tokens.
 Complexity: match/pin/unpin O(blocks of the request); evict O(blocks evicted); dict + OrderedDict.
 """
@@ -19,10 +22,13 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 
+from ray_dspine.engines.simulated.kv_tiers import KvTiers
+
 
 class PrefixCache:
-    def __init__(self, block_tokens: int):
+    def __init__(self, block_tokens: int, tiers: KvTiers | None = None):
         self.block_tokens = block_tokens
+        self.tiers = tiers
         self._ref_counts: dict[str, int] = {}
         self._evictable: OrderedDict[str, None] = OrderedDict()  # ref_count 0, least recent first
         self.num_evicted_blocks = 0
@@ -54,6 +60,10 @@ class PrefixCache:
             num_hit += 1
         return num_hit
 
+    def tier_run(self, block_hashes: Sequence[str], start: int) -> int:
+        """Blocks after the first `start` the HiCache tiers hold, contiguous (0 without tiers)."""
+        return 0 if self.tiers is None else self.tiers.run(block_hashes, start)
+
     def evictable_tokens_excluding(self, block_hashes: Sequence[str]) -> int:
         """Evictable tokens left if these (present) blocks were pinned first."""
         num_would_pin = sum(1 for h in set(block_hashes) if h in self._evictable)
@@ -70,6 +80,8 @@ class PrefixCache:
             self.pin([block_hash])
             return False
         self._ref_counts[block_hash] = 1
+        if self.tiers is not None:
+            self.tiers.on_insert(block_hash)
         return True
 
     def unpin(self, block_hashes: Sequence[str]) -> None:
@@ -87,5 +99,7 @@ class PrefixCache:
             block_hash, _ = self._evictable.popitem(last=False)
             del self._ref_counts[block_hash]
             self.num_evicted_blocks += 1
+            if self.tiers is not None:
+                self.tiers.on_evict(block_hash)
             freed += self.block_tokens
         return freed

@@ -60,7 +60,8 @@ class SimCounters(BaseModel):
     num_evicted_blocks: int = 0
     num_waited_for_memory: int = Field(default=0, description="Requests that waited at the head for KV tokens.")
     num_waited_for_state_slots: int = Field(default=0, description="Requests that waited at the head for slots.")
-    num_prefix_hit_tokens: int = 0
+    num_prefix_hit_tokens: int = Field(default=0, description="Prompt tokens not prefilled (tier loads included).")
+    num_tier_hit_tokens: int = Field(default=0, description="Of the prefix hits, tokens loaded from a HiCache tier.")
     num_prefill_tokens: int = Field(default=0, description="Uncached prompt tokens prefilled.")
     num_output_tokens: int = 0
     num_prefill_steps: int = Field(default=0, description="Prefill passes (one prompt each, or one round when chunked).")
@@ -86,6 +87,7 @@ class RunningRequest:
     num_steps: int = 0
     histogram: list[int] = field(default_factory=list)
     used_autoregressive: bool = False
+    loaded_tokens: int = 0  # of cached_tokens, those loaded from a HiCache tier (paid in the first round)
 
     @property
     def context_tokens(self) -> int:
