@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import asdict
 
 from .capacity import CapacityError, format_plan
 from .config_io import ConfigFileError, load_app_configs
+from .engines.sglang.hicache import host_tier
 from .pools import plan_pool
+
+GIB = 1024**3
 
 
 def register(subparsers) -> None:
@@ -15,6 +19,26 @@ def register(subparsers) -> None:
     parser.add_argument("config", help="a Serve YAML such as clusters/sim.yaml")
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.set_defaults(func=plan_main)
+
+
+def hicache_host_tier(pool, plan) -> dict | None:
+    """The HiCache host pools an SGLang pool's extra_args give (engines/sglang/hicache.py), or None."""
+    args = getattr(pool.engine, "extra_args", None) if pool.engine.kind == "sglang" else None
+    tier = None if args is None else host_tier(
+        args, plan.free_kv_tokens, plan.target_kv_bytes_per_token,
+        plan.max_mamba_cache_size * plan.mamba_state_bytes_per_request,
+    )  # fmt: skip
+    return None if tier is None else asdict(tier)
+
+
+def hicache_rows(tier: dict | None) -> list[tuple[str, str]]:
+    if tier is None:
+        return []
+    kv, mamba = tier["kv_bytes"] / GIB, tier["mamba_bytes"] / GIB
+    return [
+        ("hicache host tier", f"{tier['kv_tokens']:,} KV tokens; host memory KV {kv:.1f} + Mamba {mamba:.1f} = "
+                              f"{kv + mamba:.1f} GiB per GPU (a drafter's KV host pool not counted)"),
+    ]  # fmt: skip
 
 
 def plan_main(args) -> int:
@@ -36,9 +60,10 @@ def plan_main(args) -> int:
                 if not args.json:
                     print(f"pool {pool.name}: {pool.engine.kind} engine, no capacity section (sized by its own budgets)\n")
                 continue
-            plans[f"{app_name}/{pool.name}"] = plan.model_dump()
+            tier = hicache_host_tier(pool, plan)
+            plans[f"{app_name}/{pool.name}"] = plan.model_dump() | {"hicache_host": tier}
             if not args.json:
-                print(format_plan(pool.name, plan) + "\n")
+                print(format_plan(pool.name, plan, hicache_rows(tier)) + "\n")
     if args.json:
         print(json.dumps({"pools": plans, "errors": failures}, indent=2))
     for failure in failures:

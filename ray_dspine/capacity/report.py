@@ -7,6 +7,7 @@ runs, so a refusal shows every step up to the one that failed. GiB = 2**30 bytes
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -85,8 +86,8 @@ class RefusalNote:
         )
 
 
-def format_plan(pool_name: str, plan: CapacityPlan) -> str:
-    """A multi-line table of one pool's plan, for the CLI."""
+def format_plan(pool_name: str, plan: CapacityPlan, extra_rows: Sequence[tuple[str, str]] = ()) -> str:
+    """A multi-line table of one pool's plan, for the CLI; `extra_rows` (label, value) go last."""
     t = plan.tensor_parallel_size
     draft = plan.draft_name or "none (autoregressive)"
     per_req = plan.mamba_state_bytes_per_request
@@ -115,6 +116,7 @@ def format_plan(pool_name: str, plan: CapacityPlan) -> str:
         ("state slots", f"{plan.num_state_slots:,} total, {plan.state_slots_per_request} per request"),
         ("draft VRAM", f"{plan.draft_vram_gb:.2f} GiB per replica (weights + KV at full pool)"),
         ("sglang args", " ".join(plan.sglang_args)),
+        *extra_rows,
     ]  # fmt: skip
     width = max(len(label) for label, _ in rows)
     lines = [f"pool {pool_name}"] + [f"  {label.ljust(width)}  {value}" for label, value in rows]

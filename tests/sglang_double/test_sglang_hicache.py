@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ray_dspine.capacity import plan_capacity, resolve_profile
-from ray_dspine.engines.sglang.hicache import host_kv_tokens
+from ray_dspine.engines.sglang.hicache import HostTier, host_kv_tokens, host_tier
 from ray_dspine.engines.sglang.load import LoadInputs, build_snapshot
 
 from sglang_double_helpers import dspine_capacity
@@ -29,6 +29,23 @@ def test_rule_h3_a_size_in_gb_overrides_the_ratio():
     # size 0 (SGLang's default) falls back to the ratio: 4 * 1,000
     args = ["--enable-hierarchical-cache", "--hicache-size=0", "--hicache-ratio=4"]
     assert host_kv_tokens(args, 1_000, 65_536) == 4_000
+
+
+def test_rule_h3_a_hybrid_models_size_is_split_with_its_mamba_pool_by_device_bytes():
+    # device KV 1,000 tokens x 1,000 B = 1e6 B, Mamba pool 3e6 B: the KV pool gets 1e6 / 4e6 of 1 GB,
+    # 0.25e9 B // 1,000 B = 250,000 tokens; the ratio ignores the Mamba pool: 2 x 1,000
+    args = ["--enable-hierarchical-cache", "--hicache-size", "1"]
+    assert host_kv_tokens(args, 1_000, 1_000, mamba_pool_bytes=3_000_000) == 250_000
+    assert host_kv_tokens(["--enable-hierarchical-cache"], 1_000, 1_000, mamba_pool_bytes=3_000_000) == 2_000
+
+
+def test_rule_h5_host_memory_per_gpu():
+    # size 1 GB: 0.25e9 B of KV and the other 0.75e9 B for Mamba; ratio 2: 2 x 1e6 B KV, 2 x 3e6 B Mamba
+    sized = host_tier(["--enable-hierarchical-cache", "--hicache-size", "1"], 1_000, 1_000, 3_000_000)
+    assert sized == HostTier(kv_tokens=250_000, kv_bytes=250_000_000, mamba_bytes=750_000_000)
+    ratio = host_tier(["--enable-hierarchical-cache"], 1_000, 1_000, 3_000_000)
+    assert ratio == HostTier(kv_tokens=2_000, kv_bytes=2_000_000, mamba_bytes=6_000_000)
+    assert host_tier([], 1_000, 1_000, 3_000_000) is None
 
 
 def test_rule_h2_equals_form_and_the_last_flag_wins():

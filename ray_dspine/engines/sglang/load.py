@@ -21,7 +21,8 @@ Rules (sums over DP ranks; M = the gauges, L = /v1/loads, P = the capacity plan)
               reported as 1.0 while the replica decodes autoregressively.
   L6 draft_vram_gb = P.draft_vram_gb while the drafter runs, else 0.
   L7 host_kv_tokens = the HiCache host tier the launch arguments give (hicache.py) over total_kv device
-     tokens at P.target_kv_bytes_per_token; 0 without --enable-hierarchical-cache.
+     tokens at P.target_kv_bytes_per_token, beside a Mamba pool of P.max_mamba_cache_size x
+     P.mamba_state_bytes_per_request; 0 without --enable-hierarchical-cache.
 Complexity: O(metric samples) per poll.
 """
 
@@ -106,7 +107,12 @@ def build_snapshot(
     return LoadSnapshot(
         healthy=healthy,
         total_kv_tokens=total_kv,
-        host_kv_tokens=host_kv_tokens(extra_args, total_kv, max(1, plan.target_kv_bytes_per_token)),
+        host_kv_tokens=host_kv_tokens(
+            extra_args,
+            total_kv,
+            max(1, plan.target_kv_bytes_per_token),
+            plan.max_mamba_cache_size * plan.mamba_state_bytes_per_request,
+        ),
         free_kv_tokens=free_kv,
         evictable_kv_tokens=evictable,
         total_state_slots=max_running * per_request,
