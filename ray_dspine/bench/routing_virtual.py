@@ -181,7 +181,7 @@ class _Replay:
         if self.backlog_source == "engine":
             return load
         backlog = self.backlogs[k]
-        backlog.resize(load.total_kv_tokens)
+        backlog.resize(load.total_kv_tokens, load.host_kv_tokens)
         known = self.backlog_source == "replica"
         return load.model_copy(
             update={

@@ -19,7 +19,8 @@ figure itself (times in seconds from an injected clock):
   pending(t)     prefill runs in arrival order (SGLang's default fcfs policy, prefill before decode):
                  the oldest pending request q0 has max(0, est(q0) - mu * (t - s(q0))) left, the others
                  est each; pending(t) is their sum (tokens).
-  C              total KV tokens / block_tokens, set from each load poll (`resize`).
+  C              (total KV tokens + HiCache host-tier tokens) / block_tokens, set from each load poll
+                 (`resize`): blocks the host tier keeps are loaded, not prefilled.
   restart        `forget_cache` empties the block LRU (a relaunched server caches nothing); C is kept.
 The median keeps one wrong cache guess (a prompt the engine had cached, est counted whole) from
 setting the rate; only long prompts sample it, as a short one's time is mostly the step's fixed cost.
@@ -72,9 +73,14 @@ class PrefillBacklog:
         self._pending: OrderedDict[str, _Pending] = OrderedDict()
         self._last_first_s = float("-inf")
 
-    def resize(self, total_kv_tokens: int) -> None:
-        """C = total_kv_tokens / block_tokens (at least one block)."""
-        self._blocks.resize(_SELF, max(1, total_kv_tokens // self._block_tokens))
+    def resize(self, total_kv_tokens: int, host_kv_tokens: int = 0) -> None:
+        """C = (total_kv_tokens + host_kv_tokens) / block_tokens (at least one block)."""
+        self._blocks.resize(_SELF, max(1, (total_kv_tokens + host_kv_tokens) // self._block_tokens))
+
+    @property
+    def capacity_blocks(self) -> int | None:
+        """C, or None before the first resize."""
+        return self._blocks.capacity(_SELF)
 
     def forget_cache(self) -> None:
         """The server was relaunched: nothing it prefilled before is cached any more."""

@@ -112,6 +112,15 @@ def test_rule_a_hicache_store_is_shared_by_the_replicas_of_a_replay():
     assert second.cores[0].prefix_cache.tiers.store is not stores[0]  # a fresh store per replay
 
 
+def test_rule_a_replica_counted_backlog_counts_the_host_tier_in_its_block_lru():
+    settings = SETTINGS.model_copy(update={"backlog_source": "replica", "hicache_host_tokens": 51_200})
+    replay = _Replay(settings, "headroom", 0, None)
+    total = replay.cores[0].load().total_kv_tokens
+    # (GPU KV + 51,200 host tokens) // 512-token blocks, set by the first report
+    assert replay.backlogs[0].capacity_blocks == (total + 51_200) // 512
+    assert replay.reports[0][0].host_kv_tokens == 51_200
+
+
 def test_rule_every_replica_has_reported_before_the_first_arrival():
     settings = SETTINGS.model_copy(update={"num_replicas": 4})
     replay = _Replay(settings, "headroom", 0, None)

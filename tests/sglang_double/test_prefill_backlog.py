@@ -135,6 +135,17 @@ def test_the_block_lru_holds_total_kv_over_block_tokens():
     assert backlog.submit("r", 300, ["a", "b", "c"]) == 100
 
 
+def test_a_hicache_host_tier_adds_to_the_block_lru():
+    backlog, _ = make(block_tokens=100)
+    assert backlog.capacity_blocks is None
+    backlog.resize(250, host_kv_tokens=100)  # (250 + 100) // 100 = 3 blocks
+    assert backlog.capacity_blocks == 3
+    backlog.submit("q", 300, ["a", "b", "c"])
+    backlog.first("q")
+    # all three blocks kept (the host tier holds what the GPU lets go): the next request finds them all
+    assert backlog.submit("r", 300, ["a", "b", "c"]) == 0
+
+
 def test_after_a_restart_nothing_counts_as_cached_and_the_size_is_kept():
     backlog, _ = make(block_tokens=100)
     backlog.resize(250)

@@ -239,7 +239,7 @@ class SGLangEngine:
             self._launches_seen = sup.num_launches
             self._backlog.forget_cache()
         if self._snapshot.total_kv_tokens > 0:
-            self._backlog.resize(self._snapshot.total_kv_tokens)
+            self._backlog.resize(self._snapshot.total_kv_tokens, self._snapshot.host_kv_tokens)
         return self.load()
 
     async def _poll_forever(self) -> None:
