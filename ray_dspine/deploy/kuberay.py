@@ -13,6 +13,10 @@ Rules (g = GPUs per worker pod, --gpus-per-worker, default 8):
             minReplicas = ceil(sum lo_p * n_p / g), maxReplicas = ceil(sum hi_p * n_p / g), replicas =
             minReplicas. A replica must fit one pod: n_p <= g.
   image     every container of the head and worker templates runs --image.
+  host mem  an sglang GPU pool with --enable-hierarchical-cache in its extra_args keeps a HiCache host tier of
+            H_p bytes per GPU (engines/sglang/hicache.py, rule H5, on its capacity plan); g * max_p H_p must
+            not exceed the worker container's memory limit (else its replicas would be OOM-killed).
+            Quantities read as Kubernetes writes them: a plain number, or one of Ki Mi Gi Ti Pi, k M G T P.
 Output: a header naming the command and the template, then the manifest. Complexity: O(pools + template).
 """
 
@@ -24,7 +28,10 @@ from pathlib import Path
 
 import yaml
 
+from ray_dspine.capacity import CapacityError
 from ray_dspine.config_io import load_app_configs, read_serve_yaml
+from ray_dspine.engines.sglang.hicache import enabled as hicache_enabled, host_tier
+from ray_dspine.pools import plan_pool
 
 DEFAULT_IMAGE = "ray-dspine:0.1.0"
 DEFAULT_GPUS_PER_WORKER = 8
@@ -56,6 +63,41 @@ class GpuDemand:
     min_gpus: float
     max_gpus: float
     largest_replica_gpus: float
+    host_bytes_per_gpu: int = 0  # the largest HiCache host tier of a GPU pool (rule `host mem`)
+    host_pool: str | None = None
+
+
+_QUANTITY_UNITS = {
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50,
+    "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "": 1,
+}  # fmt: skip
+
+
+def memory_bytes(quantity) -> int:
+    """A Kubernetes memory quantity ("960Gi", "64G", 1024) in bytes (rule `host mem`)."""
+    text = str(quantity).strip()
+    unit = next((u for u in sorted(_QUANTITY_UNITS, key=len, reverse=True) if u and text.endswith(u)), "")
+    try:
+        return int(float(text[: len(text) - len(unit)]) * _QUANTITY_UNITS[unit])
+    except ValueError:
+        raise RenderError(
+            f"cannot read the memory quantity {quantity!r}: write it as Kubernetes does, e.g. 960Gi"
+        ) from None
+
+
+def _host_bytes_per_gpu(pool) -> int:
+    """Rule `host mem`: the pool's HiCache host tier per GPU, 0 without one."""
+    if pool.engine.kind != "sglang" or not hicache_enabled(pool.engine.extra_args):
+        return 0
+    try:
+        plan = plan_pool(pool)
+    except CapacityError:  # `ray-dspine check` reports a pool that does not fit (E5)
+        return 0
+    if plan is None:
+        return 0
+    mamba_pool_bytes = plan.max_mamba_cache_size * plan.mamba_state_bytes_per_request
+    tier = host_tier(pool.engine.extra_args, plan.free_kv_tokens, plan.target_kv_bytes_per_token, mamba_pool_bytes)
+    return 0 if tier is None else tier.kv_bytes + tier.mamba_bytes
 
 
 def default_name(config_path: Path) -> str:
@@ -83,6 +125,7 @@ def gpu_demand(config_path: Path) -> GpuDemand:
         for entry in app.get("deployments") or []:
             overrides[(app.get("name"), entry.get("name"))] = entry
     gpus, low, high, largest = set(), 0.0, 0.0, 0.0
+    host_bytes, host_pool = 0, None
     for app_name, config in load_app_configs(config_path):
         for pool in config.pools:
             override = overrides.get((app_name, f"pool-{pool.name}"), {})
@@ -98,10 +141,16 @@ def gpu_demand(config_path: Path) -> GpuDemand:
             low += autoscaling.get("min_replicas", fixed) * per_replica
             high += autoscaling.get("max_replicas", fixed) * per_replica
             largest = max(largest, per_replica)
+            pool_host_bytes = _host_bytes_per_gpu(pool)
+            if pool_host_bytes > host_bytes:
+                host_bytes, host_pool = pool_host_bytes, pool.name
     if len(gpus) != 1:
         raise RenderError(f"expected the GPU pools of {config_path} to use one GPU model, found {sorted(gpus)}: "
                           "render one manifest per GPU model")  # fmt: skip
-    return GpuDemand(gpu=gpus.pop(), min_gpus=low, max_gpus=high, largest_replica_gpus=largest)
+    return GpuDemand(
+        gpu=gpus.pop(), min_gpus=low, max_gpus=high, largest_replica_gpus=largest,
+        host_bytes_per_gpu=host_bytes, host_pool=host_pool,
+    )  # fmt: skip
 
 
 def _worker_group(manifest: dict) -> dict:
@@ -144,7 +193,24 @@ def render_manifest(options: RenderOptions) -> dict:
     for container in pod["spec"]["containers"]:
         for kind in ("limits", "requests"):
             container["resources"][kind]["nvidia.com/gpu"] = g
+    _check_host_memory(demand, pod, g)
     return manifest
+
+
+def _check_host_memory(demand: GpuDemand, pod: dict, g: int) -> None:
+    """Rule `host mem`."""
+    if demand.host_bytes_per_gpu == 0:
+        return
+    need = g * demand.host_bytes_per_gpu
+    for container in pod["spec"]["containers"]:
+        limit = (container.get("resources") or {}).get("limits", {}).get("memory")
+        if limit is not None and need > memory_bytes(limit):
+            raise RenderError(
+                f"pool {demand.host_pool}'s HiCache host tier takes {demand.host_bytes_per_gpu / 2**30:.1f} GiB of "
+                f"host memory per GPU, {need / 2**30:.0f} GiB for a worker pod's {g} GPUs, more than its memory "
+                f"limit {limit}: lower --hicache-ratio or set --hicache-size (GB) in the pool's extra_args, or "
+                "raise the worker's memory in the template"
+            )
 
 
 class _BlockDumper(yaml.SafeDumper):

@@ -12,7 +12,14 @@ from ray_dspine.cli import build_parser
 from ray_dspine.deploy import render_cli
 from ray_dspine.deploy.check import check_config
 from ray_dspine.deploy.crd import load_crd_schema, manifest_errors, strict_schema
-from ray_dspine.deploy.kuberay import RenderOptions, default_output, default_template, render_text
+from ray_dspine.deploy.kuberay import (
+    RenderError,
+    RenderOptions,
+    default_output,
+    default_template,
+    memory_bytes,
+    render_text,
+)
 
 VARIANTS = {"h200": (PROD, KUBERAY / "rayservice.yaml"), "h100": (PROD_H100, KUBERAY / "rayservice-h100.yaml")}
 
@@ -167,6 +174,39 @@ def test_render_refuses_mixed_gpu_models(tmp_path, monkeypatch, capsys):
     assert render(["kuberay", "--config", str(config), "--template", str(KUBERAY / "template.yaml"),
                    "--out", str(tmp_path / "x.yaml")]) == 1  # fmt: skip
     assert "one GPU model, found ['H100', 'H200']" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("extra_args", "rendered"),
+    [
+        # ratio 2: KV 59.7 + Mamba 61.9 = 121.6 GiB per GPU (ray-dspine plan), 8 GPUs: 973 GiB > 960Gi
+        (["--enable-hierarchical-cache"], False),
+        # ratio 1: half of it, 486 GiB for 8 GPUs, fits
+        (["--enable-hierarchical-cache", "--hicache-ratio", "1"], True),
+    ],
+)
+def test_render_refuses_a_hicache_host_tier_the_worker_pod_cannot_hold(
+    tmp_path, monkeypatch, capsys, extra_args, rendered
+):
+    monkeypatch.chdir(REPO)
+    document = load(PROD)
+    document["applications"][0]["args"]["pools"][0]["engine"]["extra_args"] = extra_args
+    config = write(tmp_path, document, "prod-hicache.yaml")
+    argv = ["kuberay", "--config", str(config), "--template", str(KUBERAY / "template.yaml"),
+            "--out", str(tmp_path / "x.yaml")]  # fmt: skip
+    assert render(argv) == (0 if rendered else 1)
+    if not rendered:
+        assert (
+            "pool dspine-agent's HiCache host tier takes 121.6 GiB of host memory per GPU, 973 GiB for a worker "
+            "pod's 8 GPUs, more than its memory limit 960Gi" in capsys.readouterr().err
+        )
+
+
+def test_memory_quantities_read_as_kubernetes_writes_them():
+    assert memory_bytes("960Gi") == 960 * 2**30 and memory_bytes("64G") == 64 * 10**9
+    assert memory_bytes(1024) == 1024 and memory_bytes("1.5Ti") == 3 * 2**39
+    with pytest.raises(RenderError, match="cannot read the memory quantity 'lots'"):
+        memory_bytes("lots")
 
 
 def test_render_names_a_missing_config(tmp_path, capsys):
