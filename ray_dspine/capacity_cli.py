@@ -8,7 +8,7 @@ from dataclasses import asdict
 
 from .capacity import CapacityError, format_plan
 from .config_io import ConfigFileError, load_app_configs
-from .engines.sglang.hicache import host_tier
+from .engines.sglang.hicache import plan_host_tier
 from .pools import plan_pool
 
 GIB = 1024**3
@@ -23,11 +23,7 @@ def register(subparsers) -> None:
 
 def hicache_host_tier(pool, plan) -> dict | None:
     """The HiCache host pools an SGLang pool's extra_args give (engines/sglang/hicache.py), or None."""
-    args = getattr(pool.engine, "extra_args", None) if pool.engine.kind == "sglang" else None
-    tier = None if args is None else host_tier(
-        args, plan.free_kv_tokens, plan.target_kv_bytes_per_token,
-        plan.max_mamba_cache_size * plan.mamba_state_bytes_per_request,
-    )  # fmt: skip
+    tier = plan_host_tier(pool.engine.extra_args, plan) if pool.engine.kind == "sglang" else None
     return None if tier is None else asdict(tier)
 
 

@@ -30,7 +30,7 @@ import yaml
 
 from ray_dspine.capacity import CapacityError
 from ray_dspine.config_io import load_app_configs, read_serve_yaml
-from ray_dspine.engines.sglang.hicache import enabled as hicache_enabled, host_tier
+from ray_dspine.engines.sglang.hicache import enabled as hicache_enabled, plan_host_tier
 from ray_dspine.pools import plan_pool
 
 DEFAULT_IMAGE = "ray-dspine:0.1.0"
@@ -95,8 +95,7 @@ def _host_bytes_per_gpu(pool) -> int:
         return 0
     if plan is None:
         return 0
-    mamba_pool_bytes = plan.max_mamba_cache_size * plan.mamba_state_bytes_per_request
-    tier = host_tier(pool.engine.extra_args, plan.free_kv_tokens, plan.target_kv_bytes_per_token, mamba_pool_bytes)
+    tier = plan_host_tier(pool.engine.extra_args, plan)
     return 0 if tier is None else tier.kv_bytes + tier.mamba_bytes
 
 

@@ -26,6 +26,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ...capacity import CapacityPlan
 
 ENABLE = "--enable-hierarchical-cache"
 SIZE = "--hicache-size"
@@ -95,3 +99,14 @@ def host_kv_tokens(
     """Rules H1-H3: the KV host pool's tokens (0 without HiCache)."""
     tier = host_tier(args, device_kv_tokens, kv_bytes_per_token, mamba_pool_bytes)
     return 0 if tier is None else tier.kv_tokens
+
+
+def plan_host_tier(args: Sequence[str], plan: CapacityPlan, device_kv_tokens: int | None = None) -> HostTier | None:
+    """host_tier on a capacity plan: its KV bytes per token and its Mamba pool (max_mamba_cache_size x
+    mamba_state_bytes_per_request); device_kv_tokens defaults to the plan's free_kv_tokens."""
+    return host_tier(
+        args,
+        plan.free_kv_tokens if device_kv_tokens is None else device_kv_tokens,
+        max(1, plan.target_kv_bytes_per_token),
+        plan.max_mamba_cache_size * plan.mamba_state_bytes_per_request,
+    )

@@ -36,7 +36,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ...capacity import CapacityPlan
 from ..protocol import LoadSnapshot
-from .hicache import host_kv_tokens
+from .hicache import plan_host_tier
 
 GAUGES = (
     "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:max_total_num_tokens",
@@ -104,15 +104,11 @@ def build_snapshot(
     if "sglang:mamba_available_tokens" in gauges:
         pool_free = gauges["sglang:mamba_available_tokens"] + gauges.get("sglang:mamba_evictable_tokens", 0.0)
         left = min(left, int(pool_free))
+    host = plan_host_tier(extra_args, plan, total_kv)
     return LoadSnapshot(
         healthy=healthy,
         total_kv_tokens=total_kv,
-        host_kv_tokens=host_kv_tokens(
-            extra_args,
-            total_kv,
-            max(1, plan.target_kv_bytes_per_token),
-            plan.max_mamba_cache_size * plan.mamba_state_bytes_per_request,
-        ),
+        host_kv_tokens=0 if host is None else host.kv_tokens,
         free_kv_tokens=free_kv,
         evictable_kv_tokens=evictable,
         total_state_slots=max_running * per_request,

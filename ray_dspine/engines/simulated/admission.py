@@ -37,6 +37,7 @@ class AdmissionPlan:
     cached_tokens: int  # h * B: prompt tokens not prefilled (device hits and tier loads)
     private_kv_tokens: int
     loaded_tokens: int = 0  # (h - h_d) * B: of cached_tokens, those loaded from a HiCache tier
+    loaded_hashes: tuple[str, ...] = ()  # the h - h_d blocks loaded
 
 
 def refusal(request: SimRequest, config: SimulatedEngineConfig) -> EngineError | None:
@@ -89,16 +90,14 @@ def plan_admission(
         cached_tokens=num_hit * B,
         private_kv_tokens=private,
         loaded_tokens=(num_hit - on_device) * B,
+        loaded_hashes=request.prefix_block_hashes[on_device:num_hit],
     )
 
 
-def commit_admission(
-    plan: AdmissionPlan, cache: PrefixCache, pools: MemoryPools, prefix_block_hashes: Sequence[str] = ()
-) -> None:
+def commit_admission(plan: AdmissionPlan, cache: PrefixCache, pools: MemoryPools) -> None:
     cache.pin(plan.hit_hashes)
-    if plan.loaded_tokens and cache.tiers is not None:
-        B = cache.block_tokens
-        cache.tiers.touch(prefix_block_hashes[len(plan.hit_hashes) : plan.cached_tokens // B])
+    if plan.loaded_hashes and cache.tiers is not None:
+        cache.tiers.touch(plan.loaded_hashes)
     missing = plan.private_kv_tokens - pools.free_kv_tokens(cache.cached_tokens)
     if missing > 0:
         cache.evict(missing)

@@ -221,7 +221,7 @@ class SimReplicaCore:
                 return
             del self._queue[rid]
             self._waited.discard(rid)
-            commit_admission(plan, self._cache, self._pools, req.prefix_block_hashes)
+            commit_admission(plan, self._cache, self._pools)
             acceptance = None if self._acceptance is None else self._acceptance.for_request(self._base_seed or 0, rid)
             self._prefilling[rid] = RunningRequest(
                 request=req,
