@@ -23,6 +23,7 @@ from typing import Literal
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
+from ..serve.server_timing import HEADER as SERVER_TIMING, parse_server_timing
 from .endpoint import auth_headers, error_message
 from .records import ErrorKind, RequestRecord
 from .traces.model import TraceRequest
@@ -216,6 +217,7 @@ class StreamingClient:
         details = usage.get("prompt_tokens_details") or {}
         cached = usage.get("cached_prompt_tokens", details.get("cached_tokens") if isinstance(details, dict) else None)
         accept = usage.get("accept_length")
+        timing = parse_server_timing(headers.get(SERVER_TIMING))
         return RequestRecord(
             request_id=f"{request.request_id}-r{repetition}",
             trace_request_id=request.request_id,
@@ -228,6 +230,8 @@ class StreamingClient:
             pool=headers.get("x-dspine-pool", ""),
             replica=headers.get("x-dspine-replica", ""),
             path=headers.get("x-dspine-path", "") or str(usage.get("path") or ""),
+            server_replica_s=timing.get("replica"),
+            server_ingress_s=timing.get("ingress"),
             http_status=status,
             prompt_tokens=prompt if isinstance(prompt, int) else request.prompt_tokens,
             trace_prompt_tokens=request.prompt_tokens,

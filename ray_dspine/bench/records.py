@@ -5,8 +5,9 @@ the monotonic clock: `ttft_s` is send -> first content chunk, `e2e_s` is send ->
 `chunk_offsets_s[i]` is content chunk i's arrival after send, `itl_s` holds the gaps between
 consecutive content chunks (a chunk may carry several tokens under speculative decoding;
 `chunk_tokens[i]` holds its count when the server reports it, else 1), and `start_offset_s` is the send
-time after the replay started (for throughput over time). A request that failed keeps what was
-measured before the failure and names it in `error_kind` / `error`.
+time after the replay started (for throughput over time). `server_replica_s` / `server_ingress_s` come
+from the answer's Server-Timing header (ray_dspine/serve/server_timing.py), None when it has none. A
+request that failed keeps what was measured before the failure and names it in `error_kind` / `error`.
 """
 
 from __future__ import annotations
@@ -44,6 +45,12 @@ class RequestRecord(BaseModel):
     pool: str = Field(default="", description="x-dspine-pool response header.")
     replica: str = Field(default="", description="x-dspine-replica response header.")
     path: str = Field(default="", description="x-dspine-path header, else usage.path.")
+    server_replica_s: float | None = Field(
+        default=None, description="Server-Timing `replica`: the replica's receipt of the request to its first chunk."
+    )
+    server_ingress_s: float | None = Field(
+        default=None, description="Server-Timing `ingress`: the ingress taking the request to its first chunk."
+    )
     http_status: int | None = Field(default=None, description="Response status; None if none came.")
     prompt_tokens: int = Field(ge=0, description="usage.prompt_tokens, else the trace's estimate.")
     trace_prompt_tokens: int = Field(ge=0, description="Prompt tokens the trace asked for (after clamp).")

@@ -334,9 +334,11 @@ def run_bench(settings: RoutingBenchSettings, tail: int = 0) -> tuple[dict, dict
             hit = "-" if f.prefix_hit_rate is None else f"{f.prefix_hit_rate:.3f}"
             p99 = "-" if f.ttft_p99_s is None else f"{f.ttft_p99_s:.2f}"
             excess = "-" if f.ttft_excess_p99_sim_s is None else f"{f.ttft_excess_p99_sim_s:.2f}"
+            outside = f.outside_replica_by_replay[0].p99_s if f.outside_replica_by_replay else None
+            outside_ms = "-" if outside is None else f"{outside * 1000.0:.0f}"
             progress(
                 f"[{index}/{len(runs)}] {policy}: {f.num_ok}/{f.num_requests} ok, TTFT p99 {p99} s "
-                f"(over the floor: {excess} simulated s), "
+                f"(over the floor: {excess} simulated s; outside the replica: p99 {outside_ms} ms), "
                 f"prefix hit {hit}, waited for memory {f.num_waited_for_memory}, retractions {f.num_retractions} "
                 f"({time.monotonic() - begun:.0f} s)"
             )

@@ -27,6 +27,9 @@ Rules (ok = a request that finished without error; every replica of the pool is 
                requests (sent at start_offset_s, replica from the x-dspine-replica header, cached from
                usage), against the ideal cache's hit tokens per trace request: points of hit rate lost
                by first turns, by turns that stayed on their conversation's replica, and by turns moved.
+  outside      outside_replica_by_replay = for each replay, routing_outside_replica.py's figures: the
+               part of each TTFT that passed outside its replica (the answers' Server-Timing header),
+               p50 / p99 / max, and at the replay's TTFT p99 ranks.
   memory       num_waited_for_memory / num_waited_for_state_slots: requests that waited at the head of
                a replica's queue for KV tokens / state slots; num_retractions: running requests pushed
                back for memory; num_evicted_cache_blocks: unreferenced prefix-cache blocks dropped
@@ -50,6 +53,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .records import RequestRecord
 from .routing_hit_loss import HitLoss, PlacedRequest, hit_loss
 from .routing_order_bound import order_bound_p99
+from .routing_outside_replica import OutsideReplica, format_outside, outside_replica
 
 OURS = "headroom"
 
@@ -128,6 +132,11 @@ class RouterFigures(BaseModel):
         default_factory=list,
         description="Each replay's points of hit rate lost to the ideal cache by kind of request, from the "
         "answers' usage and replica headers (routing_hit_loss.py).",
+    )
+    outside_replica_by_replay: list[OutsideReplica] = Field(
+        default_factory=list,
+        description="Each replay's TTFT outside the replica, from the answers' Server-Timing header "
+        "(routing_outside_replica.py).",
     )
 
 
@@ -257,6 +266,7 @@ def router_figures(
         prefix_hit_rate_by_replay=hit_by_replay,
         ttft_order_bound_p99_sim_s_by_replay=bound_by_replay,
         prefix_hit_loss_by_replay=loss_by_replay,
+        outside_replica_by_replay=[outside_replica(rs) for _, rs in sorted(by_replay.items())],
     )
 
 
@@ -396,6 +406,8 @@ def format_table(figures: dict[str, RouterFigures], checks: list[Goal]) -> str:
             p99s = " / ".join(_fmt(v) for v in f.ttft_p99_s_by_replay)
             hits = " / ".join(_fmt(v, "{:.3f}") for v in f.prefix_hit_rate_by_replay)
             lines.append(f"{name:<12} per replay: TTFT p99 {p99s}; hit {hits}")
+    for name, f in figures.items():
+        lines.extend(format_outside(name, f.outside_replica_by_replay))
     for name, f in figures.items():
         for r in f.failed:
             first = "no first token" if r.ttft_s is None else f"first token after {r.ttft_s:.2f} s"

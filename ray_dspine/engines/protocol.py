@@ -98,6 +98,11 @@ class Chunk(BaseModel):
     error_param: str | None = Field(default=None, description="The request field the error is about.")
     replica: str | None = Field(default=None, description="Set on the first chunk by the replica that serves it.")
     path: DecodePath | None = Field(default=None, description="Set on the first chunk: how it is decoded.")
+    replica_s: float | None = Field(
+        default=None,
+        description="Set on the first chunk: seconds from the replica receiving the request to this chunk "
+        "(queueing and prefill in its engine).",
+    )
 
 
 class LoadSnapshot(BaseModel):

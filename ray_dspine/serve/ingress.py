@@ -3,8 +3,9 @@
 Per request: authenticate; parse and validate the body (400 naming the field); pick the reasoning
 level, the session, then (pool, arm) by the traffic policy; fingerprint the prompt's prefix; call
 the pool's replica deployment through its handle with a typed `GenerateRequest`; answer with the
-`x-dspine-pool`, `x-dspine-arm`, `x-dspine-replica` and `x-dspine-path` headers. The first chunk
-is awaited before the response starts, so a refusal from the engine still becomes a 4xx.
+`x-dspine-pool`, `x-dspine-arm`, `x-dspine-replica` and `x-dspine-path` headers, and `Server-Timing`
+(where the time to the first chunk went: server_timing.py). The first chunk is awaited before the
+response starts, so a refusal from the engine still becomes a 4xx.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from .errors import ApiError, error_response, from_validation_error
 from .metrics import RequestMetrics
 from .openai_schema import ChatCompletionRequest, CompletionRequest
 from .request_features import refusal
+from .server_timing import HEADER, server_timing
 
 log = logging.getLogger("ray_dspine.ingress")
 
@@ -149,6 +151,7 @@ class IngressCore:
     # -- serving ------------------------------------------------------------------------------
     async def serve(self, request: Request, *, chat: bool) -> Response:
         retry = self.server.retry_after_s
+        taken = time.monotonic()
         try:
             self.authenticate(request)
             body = await self.read_json(request)
@@ -161,6 +164,7 @@ class IngressCore:
         stream = handle.generate.remote(typed)
         try:
             first: Chunk = await responses.next_chunk(stream, deadline)
+            first_at = time.monotonic()
         except TimeoutError:
             stream.cancel()
             return error_response(ApiError(504, responses.timeout_message(typed), code="timeout"), retry)
@@ -175,6 +179,7 @@ class IngressCore:
             "x-dspine-arm": typed.arm,
             "x-dspine-replica": first.replica or "",
             "x-dspine-path": first.path or "",
+            HEADER: server_timing(started - taken, first.replica_s, first_at - taken),
         }
         timer = self.metrics.start(typed, first.path or "", started)
         model = self.server.served_model_name

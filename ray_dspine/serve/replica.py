@@ -1,9 +1,10 @@
 """The engine-replica deployment: one engine per replica, called through a deployment handle.
 
-Glue only: it starts the engine, forwards `generate`, stamps the first chunk with this replica's id
-and decode path, turns engine refusals into error chunks (no exception crosses the handle), reports
-load to the router (`record_routing_stats`) and lets an operator switch the drafter off live
-(`user_config: {drafter_enabled: false}`).
+Glue only: it starts the engine, forwards `generate`, stamps the first chunk with this replica's id,
+decode path and the seconds since the request reached it (the `replica` metric of Server-Timing),
+turns engine refusals into error chunks (no exception crosses the handle), reports load to the router
+(`record_routing_stats`) and lets an operator switch the drafter off live (`user_config:
+{drafter_enabled: false}`).
 Every method Ray calls is `async def`, so it runs on the replica's event loop, where the engine and
 the stats window live: Ray Serve runs a plain `def` method in a worker thread
 (RAY_SERVE_RUN_SYNC_IN_THREADPOOL, on by default), and an engine's `load()` advances its state and
@@ -27,6 +28,8 @@ log = logging.getLogger("ray_dspine.replica")
 
 
 class EngineReplica:
+    clock = staticmethod(time.monotonic)  # seconds; tests replace it
+
     async def __init__(self, pool: PoolConfig):
         from ray import serve
 
@@ -43,17 +46,19 @@ class EngineReplica:
     async def generate(self, request: GenerateRequest):
         stream = self.engine.generate(request)
         first = True
-        started = time.monotonic()
+        started = self.clock()
         first_token_at = None
         self.window.record_arrival()
         try:
             async for chunk in stream:
+                now = self.clock()
                 if first_token_at is None and chunk.num_tokens:
-                    first_token_at = time.monotonic()
+                    first_token_at = now
                 if chunk.usage is not None and first_token_at is not None:
-                    self.window.record_finished(first_token_at - started, time.monotonic() - first_token_at, chunk.usage)
+                    self.window.record_finished(first_token_at - started, now - first_token_at, chunk.usage)
                 if first:
                     chunk.replica = self.replica_id
+                    chunk.replica_s = now - started
                     chunk.path = "speculative" if self.engine.load().drafter_active else "autoregressive"
                     if chunk.usage is not None:
                         chunk.path = chunk.usage.path

@@ -4,7 +4,7 @@ It is a real HTTP/1.1 server on 127.0.0.1 (a port the OS picks), in a background
 the contract the replay client relies on: `GET /v1/models`, `GET /v1/dspine/engine`, and streaming
 `POST /v1/chat/completions` / `/v1/completions` with chunked SSE, cumulative `usage` on each content
 chunk, a final `choices: []` usage chunk carrying `accept_length`, `verify_steps`, `accept_histogram`
-and `path`, then `data: [DONE]`; and the `x-dspine-pool/arm/replica/path` response headers.
+and `path`, then `data: [DONE]`; and the `x-dspine-pool/arm/replica/path` and `server-timing` response headers.
 
 Behaviour is chosen by markers in the prompt's last message:
 - "FAIL429": answer 429 with an OpenAI error body;
@@ -146,6 +146,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("x-dspine-arm", "dflash2" if "dflash" in session else "dspine")
         self.send_header("x-dspine-replica", "replica-0")
         self.send_header("x-dspine-path", "speculative")
+        self.send_header("server-timing", "parse;dur=1.5, replica;dur=20.0, ingress;dur=25.0")
         self.end_headers()
         if "SLOW" in text:
             time.sleep(owner.slow_s)

@@ -69,6 +69,9 @@ def test_rule_closed_loop_warmup_and_failures_are_recorded(server, trace_file, t
     assert (first.output_tokens, first.chunk_tokens, first.verify_steps) == (4, [2, 2], 2)
     assert len(first.itl_s) == 1 and first.ttft_s > 0 and first.e2e_s >= first.ttft_s
     assert (first.arm, first.pool, first.replica, first.path) == ("dspine", "agent-xhigh", "replica-0", "speculative")
+    # the fake's Server-Timing: replica 20.0 ms, ingress 25.0 ms
+    assert (first.server_replica_s, first.server_ingress_s) == (0.02, 0.025)
+    assert (failed.server_replica_s, failed.server_ingress_s) == (None, None)  # a 429 tells none
     assert by_id["s-dflash-2-t000"].arm == "dflash2"
     # Turns of one conversation are sequential and carry the conversation's session header.
     posts = [p for p in server.received if p["headers"]["x-session-id"] == "s-dspine-1"]

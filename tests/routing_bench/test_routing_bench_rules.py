@@ -361,3 +361,16 @@ def test_cli_presets_and_overrides():
     assert settings.session_rate_per_s == 2.0  # the tau-bench preset
     defaults = settings_from_args(parser.parse_args(["routing", "--routers", "pow2,headroom"]))
     assert defaults.routers == ["pow2", "headroom"] and defaults.max_tokens_cap == 128
+
+
+def test_rule_outside_replica_per_replay_and_printed():
+    # replay 0: TTFTs 0.1 / 0.2 with the replica's share 0.09 / 0.15 -> outside 10 / 50 ms;
+    # replay 1: no Server-Timing -> no outside times, and no line
+    records = [record(0, 0.1, 1.0, 10, 0), record(1, 0.2, 2.0, 10, 0), record(2, 0.3, 3.0, 10, 0)]
+    records[0].server_replica_s, records[1].server_replica_s = 0.09, 0.15
+    records[2].repetition = 1
+    f = router_figures("headroom", "ours", records, [], 0.5)
+    first, second = f.outside_replica_by_replay
+    assert first.num_requests == 2 and first.max_s == pytest.approx(0.05) and second.num_requests == 0
+    table = format_table({"headroom": f}, [])
+    assert "headroom     replay 1: TTFT outside the replica" in table and "replay 2:" not in table

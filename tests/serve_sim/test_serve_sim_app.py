@@ -19,7 +19,10 @@ import httpx
 import pytest
 
 from ray_dspine.config_io import load_app_configs
+from ray_dspine.engines.simulated.profile import load_profile
+from ray_dspine.engines.simulated.step_model import prefill_alone_ms
 from ray_dspine.routing.traffic import assign
+from ray_dspine.serve.server_timing import parse_server_timing
 
 pytestmark = pytest.mark.serve
 
@@ -27,6 +30,7 @@ HERE = Path(__file__).resolve().parent
 MODEL = "qwen3.8-27b"
 READY_TIMEOUT_S = 80.0
 BLOCK_CHARS = 2048  # the ingress's prefix block
+TIME_SCALE = 0.02  # serve_sim_app.py's
 
 
 def free_port() -> int:
@@ -90,6 +94,25 @@ def test_chat_over_http_streams_and_answers(sim_url):
     assert streamed.status_code == 200
     events = [line[5:].strip() for line in streamed.text.splitlines() if line.startswith("data:")]
     assert events[-1] == "[DONE]" and len(events) >= 2
+
+
+def test_server_timing_tells_where_the_time_to_the_first_chunk_went(sim_url):
+    # A cold prompt of 40 prefix blocks (81,920 characters: about 20,480 tokens by the ingress's 4
+    # characters per token) cannot have its first chunk before its prefill on the twin:
+    # prefill_alone_ms of the pool's profile, times time_scale, in wall seconds.
+    (_name, config), = load_app_configs(HERE.parents[1] / "clusters" / "sim.yaml")
+    profile = load_profile(config.pool("dspine").engine.profile)
+    tokens = 40 * BLOCK_CHARS // 4 + 1  # the ingress's estimate: len(text) // 4 + 1
+    prefill_wall_s = prefill_alone_ms(profile, tokens) / 1000.0 * TIME_SCALE  # 41.5 ms
+    rounding = 0.00015  # each duration is told to 0.1 ms
+    for stream in (False, True):
+        text = long_text(f"timing-{stream}", 40)
+        answer = chat(sim_url, text, session=f"timing-{stream}", max_tokens=4, pool="dspine", stream=stream)
+        assert answer.status_code == 200
+        timing = parse_server_timing(answer.headers["server-timing"])
+        assert set(timing) == {"parse", "replica", "ingress"}
+        assert 0.0 <= timing["parse"] <= timing["ingress"]
+        assert prefill_wall_s - rounding <= timing["replica"] <= timing["ingress"] - timing["parse"] + rounding
 
 
 def test_same_session_stays_on_one_replica(sim_url):

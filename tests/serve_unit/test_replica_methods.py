@@ -52,3 +52,24 @@ def test_routing_stats_while_a_stream_runs_come_from_the_engine_on_the_loop():
     assert stats["free_kv_tokens"] == stats["total_kv_tokens"] - 1000
     assert rest[-1].finish_reason == "length" and sum(c.num_tokens for c in rest) == 399
     assert after["num_running"] == 0
+
+
+def test_first_chunk_carries_the_seconds_since_the_replica_received_the_request():
+    # The replica's clock reads 100.0 when the request arrives and 102.5 when the first chunk comes, so
+    # the first chunk's replica_s (Server-Timing `replica`) is 2.5 s; later chunks carry none.
+    readings = iter([100.0, 102.5] + [103.0] * 1000)
+
+    async def main():
+        replica = EngineReplica.__new__(EngineReplica)
+        await replica.__init__(dspine_pool())
+        replica.clock = lambda: next(readings)
+        request = GenerateRequest(
+            request_id="r1", prompt="hello", max_tokens=3, estimated_prompt_tokens=2, pool="dspine"
+        )
+        chunks = [chunk async for chunk in replica.generate(request)]
+        await replica.engine.stop()
+        return chunks
+
+    chunks = asyncio.run(main())
+    assert chunks[0].replica_s == 2.5 and chunks[0].replica == "local"
+    assert all(c.replica_s is None for c in chunks[1:])
