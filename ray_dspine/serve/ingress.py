@@ -181,6 +181,9 @@ class IngressCore:
             "x-dspine-path": first.path or "",
             HEADER: server_timing(started - taken, first.replica_s, first_at - taken),
         }
+        if first.replica_s is not None:
+            routing_s = max(0.0, first_at - started - first.replica_s)
+            self.metrics.record_first_chunk(typed, first.path or "", first.replica_s, routing_s)
         timer = self.metrics.start(typed, first.path or "", started)
         model = self.server.served_model_name
         if parsed.stream:

@@ -2,7 +2,10 @@
 
 TTFT, inter-token latency and end-to-end latency are measured at the ingress, so they include the
 hop to the replica, as a client would see them. Inter-token latency is observed per chunk and
-divided by the chunk's token count (a verify step delivers several tokens at once).
+divided by the chunk's token count (a verify step delivers several tokens at once). The time to the
+first chunk is also split in two, as the Server-Timing header tells it (server_timing.py): the part
+in the replica (`replica`: the engine's queueing and prefill) and the rest of the ingress's wait
+(`ingress - parse - replica`: the router's choice and waits, and Ray's transport both ways).
 """
 
 from __future__ import annotations
@@ -28,12 +31,27 @@ class RequestMetrics:
         self.accept = metrics.Histogram(
             "dspine_accept_length", "Tokens per verify step, per request.", ACCEPT_BOUNDARIES, TAGS
         )
+        self.first_chunk_replica = metrics.Histogram(
+            "dspine_first_chunk_replica_s",
+            "Before the first chunk, time in the replica: the engine's queueing and prefill (s).",
+            LATENCY_BOUNDARIES_S, TAGS,
+        )  # fmt: skip
+        self.first_chunk_routing = metrics.Histogram(
+            "dspine_first_chunk_routing_s",
+            "Before the first chunk, the ingress's wait outside the replica: routing and Ray's transport (s).",
+            LATENCY_BOUNDARIES_S, TAGS,
+        )  # fmt: skip
         self.output_tokens = metrics.Counter("dspine_output_tokens", "Output tokens.", TAGS)
         self.requests = metrics.Counter("dspine_requests", "Finished requests.", TAGS + ("finish_reason",))
         self.refused = metrics.Counter("dspine_refused_requests", "Requests refused by a replica.", ("pool", "arm", "status"))
 
     def start(self, request: GenerateRequest, path: str, started: float) -> "RequestTimer":
         return RequestTimer(self, {"pool": request.pool, "arm": request.arm, "path": path}, started)
+
+    def record_first_chunk(self, request: GenerateRequest, path: str, replica_s: float, routing_s: float) -> None:
+        tags = {"pool": request.pool, "arm": request.arm, "path": path}
+        self.first_chunk_replica.observe(replica_s, tags=tags)
+        self.first_chunk_routing.observe(routing_s, tags=tags)
 
     def record_refusal(self, request: GenerateRequest, chunk: Chunk) -> None:
         self.refused.inc(tags={"pool": request.pool, "arm": request.arm, "status": str(chunk.error_status)})

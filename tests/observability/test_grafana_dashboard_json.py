@@ -14,6 +14,8 @@ REQUIRED_METRICS = {
     "mamba headroom": "ray_dspine_state_free_slots",
     "path": "ray_dspine_requests_total",
     "cost": "ray_dspine_replica_cost_usd_per_hour",
+    "time in the replica before the first chunk": "ray_dspine_first_chunk_replica_s_bucket",
+    "routing and transport before the first chunk": "ray_dspine_first_chunk_routing_s_bucket",
 }
 
 
