@@ -78,6 +78,14 @@ class RequestRecord(BaseModel):
         return self.error_kind is None
 
     @property
+    def ttft_outside_replica_s(self) -> float | None:
+        """ttft - server_replica_s: the client's time to first chunk spent outside the replica (HTTP, the
+        proxy, the ingress, the router, Ray's transport both ways); None on failure or without the header."""
+        if not self.ok or self.ttft_s is None or self.server_replica_s is None:
+            return None
+        return self.ttft_s - self.server_replica_s
+
+    @property
     def tpot_s(self) -> float | None:
         """(e2e - ttft) / (output_tokens - 1); None under two tokens or on failure."""
         if not self.ok or self.ttft_s is None or self.e2e_s is None or self.output_tokens < 2:

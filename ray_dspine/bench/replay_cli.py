@@ -145,8 +145,15 @@ def format_summary(summary: ReplaySummary, outcome_dir: Path) -> str:
         f"output throughput {o.output_throughput_tok_s or 0:.1f} tok/s, "
         f"request throughput {o.request_throughput_req_s or 0:.2f} req/s",
     ]
-    for label, d in (("TTFT", o.ttft_s), ("ITL/chunk", o.itl_s), ("TPOT", o.tpot_s), ("E2E", o.e2e_s)):
+    rows = [("TTFT", o.ttft_s)]
+    if o.ttft_outside_replica_s.count:
+        rows += [("  replica", o.ttft_in_replica_s), ("  outside", o.ttft_outside_replica_s)]
+    rows += [("ITL/chunk", o.itl_s), ("TPOT", o.tpot_s), ("E2E", o.e2e_s)]
+    for label, d in rows:
         lines.append(f"{label:>9} ms  mean {_ms(d.mean)}  p50 {_ms(d.p50)}  p95 {_ms(d.p95)}  p99 {_ms(d.p99)}")
+    if o.ttft_outside_replica_s.count:
+        lines.append(f"(replica / outside: the TTFT of the {o.ttft_outside_replica_s.count} answers with a "
+                     "Server-Timing header, in the replica's engine and outside it: HTTP, proxy, ingress, router, Ray)")
     for arm, g in summary.by_arm.items():
         a = g.acceptance
         accept = "n/a" if a.p50 is None else f"p10/p50/p90 {a.p10:.2f}/{a.p50:.2f}/{a.p90:.2f}"

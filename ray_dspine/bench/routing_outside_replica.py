@@ -2,8 +2,8 @@
 
 Rules, per replay (one router's pass over the slice):
   outside     for an ok record with a TTFT and a Server-Timing `replica` duration (server_timing.py):
-              outside = ttft_s - server_replica_s, wall seconds: the client's HTTP, the proxy, the
-              ingress, the router's choice and Ray's transport, both ways. The replica's own share
+              outside = ttft_s - server_replica_s (RequestRecord.ttft_outside_replica_s), wall seconds:
+              the client's HTTP, the proxy, the ingress, the router's choice and Ray's transport, both ways. The replica's own share
               (its engine's queueing and prefill) is what is left of the TTFT. A record without the
               header has no outside time.
   figures     p50 / p99 / max of the outside times (numpy's linear percentile), over the records that
@@ -44,27 +44,21 @@ class OutsideReplica(BaseModel):
     at_p99_ranks: list[RankRequest] = Field(description="The one or two requests the TTFT p99 rests on.")
 
 
-def outside_s(record: RequestRecord) -> float | None:
-    """The `outside` rule for one record."""
-    if not record.ok or record.ttft_s is None or record.server_replica_s is None:
-        return None
-    return record.ttft_s - record.server_replica_s
-
-
 def _percentile(values: list[float], q: float) -> float | None:
     return float(np.percentile(np.asarray(values, dtype=float), q)) if values else None
 
 
 def outside_replica(records: Sequence[RequestRecord]) -> OutsideReplica:
     """The figures and p99 ranks of one replay's records."""
-    outside = [v for v in (outside_s(r) for r in records) if v is not None]
+    outside = [v for v in (r.ttft_outside_replica_s for r in records) if v is not None]
     timed = sorted((r for r in records if r.ok and r.ttft_s is not None), key=lambda r: (r.ttft_s, r.trace_request_id))
     ranks: list[RankRequest] = []
     if timed:
         position = 0.99 * (len(timed) - 1)
         for index in sorted({math.floor(position), math.ceil(position)}):
             r = timed[index]
-            ranks.append(RankRequest(request_id=r.trace_request_id, ttft_s=r.ttft_s, outside_s=outside_s(r)))
+            outside_s = r.ttft_outside_replica_s
+            ranks.append(RankRequest(request_id=r.trace_request_id, ttft_s=r.ttft_s, outside_s=outside_s))
     return OutsideReplica(
         num_requests=len(outside),
         p50_s=_percentile(outside, 50),

@@ -7,6 +7,9 @@ Rules (ok = finished without error; failed requests count only in the error figu
 - TTFT, E2E per request; ITL = every gap between consecutive content chunks, pooled over requests;
   TPOT = (e2e - ttft) / (output_tokens - 1) for requests with >= 2 output tokens. Each: mean, p50,
   p95, p99 by the percentile rule of stats.py.
+- TTFT split by the answer's Server-Timing header, over ok requests that carry it: in the replica =
+  server_replica_s (the engine's queueing and prefill), outside it = ttft - server_replica_s (HTTP, the
+  proxy, the ingress, the router, Ray's transport); empty distributions when no answer carried it.
 - Acceptance length per request = usage.accept_length (requests without it are left out): p10, p50,
   p90, mean; `token_weighted` = sum(output tokens) / sum(verify steps) over requests that report both;
   `histogram` = element-wise sum of accept_histogram (index k: verify steps that produced k+1 tokens).
@@ -68,6 +71,12 @@ class GroupSummary(BaseModel):
     output_throughput_tok_s: float | None = Field(description="output_tokens / wall_s.")
     request_throughput_req_s: float | None = Field(description="num_ok / wall_s.")
     ttft_s: Distribution
+    ttft_in_replica_s: Distribution = Field(
+        default_factory=lambda: describe([]), description="Server-Timing `replica` of the ok requests that carry it."
+    )
+    ttft_outside_replica_s: Distribution = Field(
+        default_factory=lambda: describe([]), description="TTFT less the replica's share, for the same requests."
+    )
     itl_s: Distribution
     tpot_s: Distribution
     e2e_s: Distribution
@@ -139,6 +148,7 @@ def summarize_group(
     ok = [r for r in records if r.ok]
     failed = [r for r in records if not r.ok]
     output_tokens = sum(r.output_tokens for r in ok)
+    split = [r for r in ok if r.ttft_outside_replica_s is not None]  # answers with a Server-Timing `replica`
     mean_ci = {}
     for name, metric in METRICS.items():
         values = _values(ok, metric)
@@ -154,6 +164,8 @@ def summarize_group(
         output_throughput_tok_s=output_tokens / wall_s if wall_s > 0 else None,
         request_throughput_req_s=len(ok) / wall_s if wall_s > 0 else None,
         ttft_s=describe(_values(ok, METRICS["ttft_s"])),
+        ttft_in_replica_s=describe([r.server_replica_s for r in split]),
+        ttft_outside_replica_s=describe([r.ttft_outside_replica_s for r in split]),
         itl_s=describe([gap for r in ok for gap in r.itl_s]),
         tpot_s=describe(_values(ok, METRICS["tpot_s"])),
         e2e_s=describe(_values(ok, METRICS["e2e_s"])),

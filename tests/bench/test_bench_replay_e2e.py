@@ -85,6 +85,10 @@ def test_rule_closed_loop_warmup_and_failures_are_recorded(server, trace_file, t
     assert summary["overall"]["errors_by_kind"] == {"http_429": 1, "stream_cut": 1}
     # The 429 carries no arm header, so it is grouped under "(none)" and left out of the comparison.
     assert summary["overall"]["num_ok"] == 3 and set(summary["by_arm"]) == {"dspine", "dflash2", "(none)"}
+    # every ok answer carried the fake's Server-Timing (replica 20 ms), so TTFT splits for all three
+    in_replica = summary["overall"]["ttft_in_replica_s"]
+    assert in_replica["count"] == 3 and in_replica["mean"] == pytest.approx(0.02)
+    assert summary["overall"]["ttft_outside_replica_s"]["count"] == 3
     assert summary["baseline_arm"] == "dflash2" and {r["arm"] for r in summary["arm_ratios"]} == {"dspine"}
     assert summary["overall"]["output_tokens"] == 4 + 1 + 4  # "answer text here" = 16 chars -> 4 tokens
     assert summary["arm_ratios"] and summary["overall"]["output_throughput_tok_s"] > 0

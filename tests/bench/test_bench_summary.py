@@ -75,3 +75,17 @@ def test_single_arm_has_no_ratios_and_records_round_trip(tmp_path):
     write_records(tmp_path / "r.jsonl", RECORDS)
     assert read_records(tmp_path / "r.jsonl") == RECORDS
     assert RECORDS[4].tpot_s is None and RECORDS[0].tpot_s == pytest.approx(0.1)
+
+
+def test_rule_ttft_split_by_server_timing_over_the_answers_that_carry_it():
+    # d1: TTFT 0.2 with 0.15 in the replica -> 0.05 outside; d2: 0.4 with 0.30 -> 0.10; a1, a2 carry no
+    # header and the failed d3 is left out: in the replica mean 0.225, outside mean 0.075, 2 requests
+    records = [r.model_copy() for r in RECORDS]
+    by_id = {r.request_id: r for r in records}
+    by_id["d1"].server_replica_s, by_id["d2"].server_replica_s, by_id["d3"].server_replica_s = 0.15, 0.30, 0.01
+    o = summarize(records, wall_s=4.0, num_resamples=50).overall
+    assert (o.ttft_in_replica_s.count, o.ttft_outside_replica_s.count) == (2, 2)
+    assert o.ttft_in_replica_s.mean == pytest.approx(0.225) and o.ttft_outside_replica_s.mean == pytest.approx(0.075)
+    assert o.ttft_outside_replica_s.max == pytest.approx(0.10) and o.ttft_s.count == 4
+    untold = summarize(RECORDS, wall_s=4.0, num_resamples=50).overall
+    assert untold.ttft_outside_replica_s.count == 0 and untold.ttft_outside_replica_s.mean is None

@@ -3,7 +3,7 @@
 import pytest
 
 from ray_dspine.bench.records import RequestRecord
-from ray_dspine.bench.routing_outside_replica import format_outside, outside_replica, outside_s
+from ray_dspine.bench.routing_outside_replica import format_outside, outside_replica
 
 
 def record(i: int, ttft: float | None, replica_s: float | None, error: bool = False) -> RequestRecord:
@@ -17,10 +17,10 @@ def record(i: int, ttft: float | None, replica_s: float | None, error: bool = Fa
 
 
 def test_rule_outside_is_ttft_less_the_replicas_share():
-    assert outside_s(record(0, 0.50, 0.42)) == pytest.approx(0.08)
-    assert outside_s(record(1, 0.50, None)) is None  # no header
-    assert outside_s(record(2, None, 0.3)) is None  # no first token
-    assert outside_s(record(3, 0.5, 0.3, error=True)) is None  # failed
+    assert record(0, 0.50, 0.42).ttft_outside_replica_s == pytest.approx(0.08)
+    assert record(1, 0.50, None).ttft_outside_replica_s is None  # no header
+    assert record(2, None, 0.3).ttft_outside_replica_s is None  # no first token
+    assert record(3, 0.5, 0.3, error=True).ttft_outside_replica_s is None  # failed
 
 
 def test_rule_figures_over_the_requests_that_told():
