@@ -3,9 +3,9 @@
 Rules, per replay (one router's pass over the slice):
   outside     for an ok record with a TTFT and a Server-Timing `replica` duration (server_timing.py):
               outside = ttft_s - server_replica_s (RequestRecord.ttft_outside_replica_s), wall seconds:
-              the client's HTTP, the proxy, the ingress, the router's choice and Ray's transport, both ways. The replica's own share
-              (its engine's queueing and prefill) is what is left of the TTFT. A record without the
-              header has no outside time.
+              the client's HTTP, the proxy, the ingress, the router's choice and Ray's transport, both
+              ways. The replica's own share (its engine's queueing and prefill) is what is left of the
+              TTFT. A record without the header has no outside time.
   figures     p50 / p99 / max of the outside times (numpy's linear percentile), over the records that
               have one; None with none.
   p99 ranks   the requests the replay's TTFT p99 is interpolated between: over its ok records with a
