@@ -7,6 +7,8 @@ Rules (completed = no error; failures count only in num_failed):
   output_tokens / e2e_s per completed request.
 - TTFT, e2e per request and ITL gaps pooled over requests: p50/p95/p99 by linear interpolation between
   order statistics (p-th percentile of sorted x_0..x_{n-1} sits at rank p/100 * (n-1)).
+- TTFT split, over completed requests whose answer carried Server-Timing's `replica` (server_replica_s):
+  in the replica = server_replica_s, outside it = ttft_s - server_replica_s; none when no answer did.
 - Acceptance length per completed request that reports it: mean, p10, p50, p90.
 - Cost per completed request = sum over the arm's pools of (gpu_hour_usd * g * num_replicas * run
   span hours) / completed, with g = deployment.num_gpus, or 1 when the pool has no GPUs (its
@@ -43,6 +45,7 @@ class RunRecord(BaseModel):
     path: str | None = None
     output_tokens: int | None = None
     ttft_s: float | None = None
+    server_replica_s: float | None = None
     itl_s: list[float] | None = None
     e2e_s: float | None = None
     accept_length: float | None = None
@@ -132,6 +135,8 @@ class ArmStats(BaseModel):
     output_tok_per_s_ci: tuple[float, float] | None = None
     request_output_tok_per_s: Spread | None = Field(description="Per-request output_tokens / e2e_s.")
     ttft_ms: Spread | None
+    ttft_replica_ms: Spread | None = Field(default=None, description="Of TTFT, in the replica (Server-Timing).")
+    ttft_outside_ms: Spread | None = Field(default=None, description="Of TTFT, outside the replica.")
     itl_ms: Spread | None
     e2e_ms: Spread | None
     acceptance: Acceptance | None
@@ -191,6 +196,7 @@ def arm_stats(name: str, records: list[RunRecord], *, prices: dict[str, PoolPric
         ci = interval(bootstrap_means(a, rng, num_resamples)) if rng is not None and a.size > 1 else None
         acceptance = Acceptance(num_requests=a.size, mean=float(a.mean()), p10=percentile(a, 10),
                                 p50=percentile(a, 50), p90=percentile(a, 90), mean_ci=ci)
+    split = [r for r in done if r.ttft_s is not None and r.server_replica_s is not None]
     pools = sorted({r.pool for r in records if r.pool}) or [name]
     cost, per_request, note = arm_cost(pools, prices, run_span_s, len(done))
     return ArmStats(
@@ -201,6 +207,8 @@ def arm_stats(name: str, records: list[RunRecord], *, prices: dict[str, PoolPric
         request_output_tok_per_s=spread([(r.output_tokens or 0) / r.e2e_s for r in done if r.e2e_s], 1.0,
                                         rng, num_resamples),
         ttft_ms=spread([r.ttft_s for r in done if r.ttft_s is not None], 1e3, rng, num_resamples),
+        ttft_replica_ms=spread([r.server_replica_s for r in split], 1e3, None, num_resamples),
+        ttft_outside_ms=spread([r.ttft_s - r.server_replica_s for r in split], 1e3, None, num_resamples),
         itl_ms=spread([gap for r in done for gap in (r.itl_s or [])], 1e3, None, num_resamples),
         e2e_ms=spread([r.e2e_s for r in done if r.e2e_s is not None], 1e3, rng, num_resamples),
         acceptance=acceptance, cost_usd=cost, cost_per_completed_usd=per_request, cost_note=note,

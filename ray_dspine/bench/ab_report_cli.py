@@ -91,6 +91,10 @@ def render_report(report: AbReport) -> str:
             else f"{a.acceptance.p10:.2f} / {a.acceptance.p50:.2f} / {a.acceptance.p90:.2f}" for a in arms],
         ["USD per completed req"] + [_fmt(a.cost_per_completed_usd, 5) for a in arms],
     ]
+    if any(a.ttft_outside_ms is not None for a in arms):  # the answers told the replica's share (Server-Timing)
+        at = rows.index(_spread_row("TTFT ms p50/p95/p99", arms, lambda a: a.ttft_ms)) + 1
+        rows[at:at] = [_spread_row("  in the replica", arms, lambda a: a.ttft_replica_ms),
+                       _spread_row("  outside it", arms, lambda a: a.ttft_outside_ms)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
     lines += [f"cost: {a.name}: {a.cost_note}" for a in arms]

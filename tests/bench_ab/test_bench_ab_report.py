@@ -230,3 +230,35 @@ def test_cli_bad_input_names_the_argument_and_exits_2(tmp_path, capsys, flags, n
     assert args.func(args) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and named in err and "Traceback" not in err
+
+
+def test_rule_ttft_split_by_server_timing(tmp_path, capsys):
+    # speculative answers tell the replica's share: TTFT 100/200/300/400 ms with 60/150/240/330 ms in the
+    # replica -> outside 40/50/60/70 ms: p50 55, p95 68.5 (rank 2.85 -> 60 + 0.85 * 10); the failed one is
+    # left out. Autoregressive answers tell none.
+    records = sequential_records()
+    for r, replica_s in zip(records[:5], (0.06, 0.15, 0.24, 0.33, 0.01)):
+        r["server_replica_s"] = replica_s
+    arms = {a.name: a for a in _report(tmp_path, records).arms}
+    spec, ar = arms["speculative"], arms["autoregressive"]
+    assert spec.ttft_outside_ms.num_values == 4
+    assert (spec.ttft_outside_ms.p50, spec.ttft_outside_ms.p95) == pytest.approx((55, 68.5))
+    assert spec.ttft_replica_ms.p50 == pytest.approx(195) and ar.ttft_outside_ms is None
+    run = tmp_path / "run"
+    parser = argparse.ArgumentParser(prog="bench")
+    register_ab_report(parser.add_subparsers())
+    args = parser.parse_args(["ab-report", str(run)])
+    assert args.func(args) == 0
+    lines = capsys.readouterr().out.splitlines()
+    row = next(line for line in lines if line.startswith("  outside it"))
+    # columns: autoregressive (the baseline, untold) then speculative; p99 at rank 2.97 -> 69.7
+    assert row.split()[2:] == ["-", "55.0", "/", "68.5", "/", "69.7"]
+
+
+def test_no_split_rows_when_no_answer_told_the_replicas_share(tmp_path, capsys):
+    run = _write_run(tmp_path, sequential_records())
+    parser = argparse.ArgumentParser(prog="bench")
+    register_ab_report(parser.add_subparsers())
+    args = parser.parse_args(["ab-report", str(run)])
+    assert args.func(args) == 0
+    assert "in the replica" not in capsys.readouterr().out
