@@ -71,6 +71,10 @@ def _spread_row(label: str, arms: list[ArmStats], pick) -> list[str]:
 
 def render_report(report: AbReport) -> str:
     arms = report.arms
+    ttft_split = [  # only when some arm's answers told the replica's share (Server-Timing)
+        _spread_row("  in the replica", arms, lambda a: a.ttft_replica_ms),
+        _spread_row("  outside it", arms, lambda a: a.ttft_outside_ms),
+    ] if any(a.ttft_outside_ms is not None for a in arms) else []
     rows = [
         ["arm"] + [a.name + (" (baseline)" if a.name == report.baseline else "") for a in arms],
         ["pools"] + [", ".join(a.pools) for a in arms],
@@ -82,6 +86,7 @@ def render_report(report: AbReport) -> str:
             "-" if a.request_output_tok_per_s is None
             else _fmt(a.request_output_tok_per_s.mean) + _ci(a.request_output_tok_per_s.mean_ci) for a in arms],
         _spread_row("TTFT ms p50/p95/p99", arms, lambda a: a.ttft_ms),
+        *ttft_split,
         _spread_row("ITL ms p50/p95/p99", arms, lambda a: a.itl_ms),
         _spread_row("e2e ms p50/p95/p99", arms, lambda a: a.e2e_ms),
         ["acceptance mean [CI]"] + [
@@ -91,10 +96,6 @@ def render_report(report: AbReport) -> str:
             else f"{a.acceptance.p10:.2f} / {a.acceptance.p50:.2f} / {a.acceptance.p90:.2f}" for a in arms],
         ["USD per completed req"] + [_fmt(a.cost_per_completed_usd, 5) for a in arms],
     ]
-    if any(a.ttft_outside_ms is not None for a in arms):  # the answers told the replica's share (Server-Timing)
-        at = rows.index(_spread_row("TTFT ms p50/p95/p99", arms, lambda a: a.ttft_ms)) + 1
-        rows[at:at] = [_spread_row("  in the replica", arms, lambda a: a.ttft_replica_ms),
-                       _spread_row("  outside it", arms, lambda a: a.ttft_outside_ms)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
     lines += [f"cost: {a.name}: {a.cost_note}" for a in arms]

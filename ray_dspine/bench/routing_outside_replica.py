@@ -6,7 +6,7 @@ Rules, per replay (one router's pass over the slice):
               the client's HTTP, the proxy, the ingress, the router's choice and Ray's transport, both
               ways. The replica's own share (its engine's queueing and prefill) is what is left of the
               TTFT. A record without the header has no outside time.
-  figures     p50 / p99 / max of the outside times (numpy's linear percentile), over the records that
+  figures     p50 / p99 / max of the outside times (stats.describe: numpy's linear percentile), over the records that
               have one; None with none.
   p99 ranks   the requests the replay's TTFT p99 is interpolated between: over its ok records with a
               TTFT, in ascending TTFT order (ties by request id), positions floor(0.99 (n - 1)) and
@@ -20,10 +20,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from .records import RequestRecord
+from .stats import describe
 
 
 class RankRequest(BaseModel):
@@ -44,10 +44,6 @@ class OutsideReplica(BaseModel):
     at_p99_ranks: list[RankRequest] = Field(description="The one or two requests the TTFT p99 rests on.")
 
 
-def _percentile(values: list[float], q: float) -> float | None:
-    return float(np.percentile(np.asarray(values, dtype=float), q)) if values else None
-
-
 def outside_replica(records: Sequence[RequestRecord]) -> OutsideReplica:
     """The figures and p99 ranks of one replay's records."""
     outside = [v for v in (r.ttft_outside_replica_s for r in records) if v is not None]
@@ -59,12 +55,9 @@ def outside_replica(records: Sequence[RequestRecord]) -> OutsideReplica:
             r = timed[index]
             outside_s = r.ttft_outside_replica_s
             ranks.append(RankRequest(request_id=r.trace_request_id, ttft_s=r.ttft_s, outside_s=outside_s))
+    spread = describe(outside)
     return OutsideReplica(
-        num_requests=len(outside),
-        p50_s=_percentile(outside, 50),
-        p99_s=_percentile(outside, 99),
-        max_s=float(max(outside)) if outside else None,
-        at_p99_ranks=ranks,
+        num_requests=spread.count, p50_s=spread.p50, p99_s=spread.p99, max_s=spread.max, at_p99_ranks=ranks
     )
 
 
