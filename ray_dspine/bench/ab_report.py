@@ -21,8 +21,12 @@ Rules (completed = no error; failures count only in num_failed):
 - Verdict speed metric: output throughput when the arms ran one after the other (their spans overlap
   by < 50% of the shorter), else the per-request output rate (interleaved arms share the wall time).
   CI low > 1: candidate beats baseline; CI high < 1: baseline beats candidate; else no significant
-  difference. Cost, TTFT p50 and e2e p50 differences follow as plain figures.
-Parameters: B in [100, 100000] (default 2000); seed. Complexity: O(n log n + B * n) for n records.
+  difference. Cost, TTFT p50 and e2e p50 differences follow as plain figures, then TTFT p99's
+  difference with its bootstrap interval.
+- Latency percentile differences (candidate - baseline at p50 and p99 of TTFT, its split and e2e, each
+  with a bootstrap interval, the arms resampled independently): rules in `ab_deltas.py`.
+Parameters: B in [100, 100000] (default 2000); seed. Complexity: O(B * n log n) for n records (the
+percentile differences; the rest is O(n log n + B * n)).
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ from collections import Counter, defaultdict
 
 import numpy as np
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+
+from ray_dspine.bench.ab_deltas import PercentileDelta, percentile_deltas
 
 _CHUNK_CELLS = 2_000_000  # resample indices drawn per batch, to bound memory
 
@@ -179,6 +185,17 @@ def arm_cost(pools: list[str], prices: dict[str, PoolPrice] | None, run_span_s: 
     return cost, per_request, f"pools {', '.join(pools)}: {sum(hourly):.4g} USD/h over {run_span_s:.1f} s"
 
 
+def latency_columns(done: list[RunRecord]) -> dict[str, list[float]]:
+    """Per-request latencies in ms of completed records: TTFT, its split by Server-Timing, e2e."""
+    split = [r for r in done if r.ttft_s is not None and r.server_replica_s is not None]
+    return {
+        "ttft_ms": [r.ttft_s * 1e3 for r in done if r.ttft_s is not None],
+        "ttft_replica_ms": [r.server_replica_s * 1e3 for r in split],
+        "ttft_outside_ms": [(r.ttft_s - r.server_replica_s) * 1e3 for r in split],
+        "e2e_ms": [r.e2e_s * 1e3 for r in done if r.e2e_s is not None],
+    }
+
+
 def arm_stats(name: str, records: list[RunRecord], *, prices: dict[str, PoolPrice] | None,
               run_span_s: float | None, rng: np.random.Generator | None, num_resamples: int) -> ArmStats:
     done = [r for r in records if r.completed]
@@ -196,7 +213,7 @@ def arm_stats(name: str, records: list[RunRecord], *, prices: dict[str, PoolPric
         ci = interval(bootstrap_means(a, rng, num_resamples)) if rng is not None and a.size > 1 else None
         acceptance = Acceptance(num_requests=a.size, mean=float(a.mean()), p10=percentile(a, 10),
                                 p50=percentile(a, 50), p90=percentile(a, 90), mean_ci=ci)
-    split = [r for r in done if r.ttft_s is not None and r.server_replica_s is not None]
+    latency = latency_columns(done)
     pools = sorted({r.pool for r in records if r.pool}) or [name]
     cost, per_request, note = arm_cost(pools, prices, run_span_s, len(done))
     return ArmStats(
@@ -206,11 +223,11 @@ def arm_stats(name: str, records: list[RunRecord], *, prices: dict[str, PoolPric
         output_tok_per_s_ci=throughput_ci,
         request_output_tok_per_s=spread([(r.output_tokens or 0) / r.e2e_s for r in done if r.e2e_s], 1.0,
                                         rng, num_resamples),
-        ttft_ms=spread([r.ttft_s for r in done if r.ttft_s is not None], 1e3, rng, num_resamples),
-        ttft_replica_ms=spread([r.server_replica_s for r in split], 1e3, None, num_resamples),
-        ttft_outside_ms=spread([r.ttft_s - r.server_replica_s for r in split], 1e3, None, num_resamples),
+        ttft_ms=spread(latency["ttft_ms"], 1.0, rng, num_resamples),
+        ttft_replica_ms=spread(latency["ttft_replica_ms"], 1.0, None, num_resamples),
+        ttft_outside_ms=spread(latency["ttft_outside_ms"], 1.0, None, num_resamples),
         itl_ms=spread([gap for r in done for gap in (r.itl_s or [])], 1e3, None, num_resamples),
-        e2e_ms=spread([r.e2e_s for r in done if r.e2e_s is not None], 1e3, rng, num_resamples),
+        e2e_ms=spread(latency["e2e_ms"], 1.0, rng, num_resamples),
         acceptance=acceptance, cost_usd=cost, cost_per_completed_usd=per_request, cost_note=note,
     )
 
@@ -254,6 +271,8 @@ class ArmComparison(BaseModel):
     cost_per_completed_ratio: float | None
     ttft_p50_delta_ms: float | None = Field(description="Candidate minus baseline.")
     e2e_p50_delta_ms: float | None
+    percentile_deltas: list[PercentileDelta] = Field(
+        default_factory=list, description="Candidate - baseline at p50/p99 of TTFT, its split and e2e (ab_deltas.py).")
     verdict: str
 
 
@@ -344,16 +363,26 @@ def compare_arms(c: ArmStats, b: ArmStats, c_records: list[RunRecord], b_records
     else:
         clauses.append("cost per completed request unknown")
     verdict = ", ".join(clauses)
-    deltas = [f"{label} {delta:+.0f} ms" for label, delta in
-              (("TTFT p50", _delta(c.ttft_ms, b.ttft_ms)), ("e2e p50", _delta(c.e2e_ms, b.e2e_ms)))
-              if delta is not None]
+    c_columns, b_columns = latency_columns(c_done), latency_columns(b_done)
+    tails = [d for metric in c_columns
+             for d in percentile_deltas(metric, c_columns[metric], b_columns[metric], rng, num_resamples)]
+    ttft_p99 = next((d for d in tails if d.metric == "ttft_ms" and d.percentile == 99), None)
+    deltas = []
+    if c.ttft_ms is not None and b.ttft_ms is not None:
+        deltas.append(f"TTFT p50 {_delta(c.ttft_ms, b.ttft_ms):+.0f} ms")
+    if ttft_p99 is not None:
+        bounds = "" if ttft_p99.delta_ci is None else " [{:+.0f}, {:+.0f}]".format(*ttft_p99.delta_ci)
+        deltas.append(f"TTFT p99 {ttft_p99.delta:+.0f} ms{bounds}")
+    if c.e2e_ms is not None and b.e2e_ms is not None:
+        deltas.append(f"e2e p50 {_delta(c.e2e_ms, b.e2e_ms):+.0f} ms")
     if deltas:
         verdict += "; " + ", ".join(deltas)
     return ArmComparison(
         candidate=c.name, baseline=b.name, spans_overlap=overlap, speed_metric=metric, speed_ratio=ratio,
         speed_ratio_ci=ci, throughput_ratio=throughput_ratio, throughput_ratio_ci=throughput_ci,
         e2e_mean_ratio=e2e_ratio, e2e_mean_ratio_ci=e2e_ci, cost_per_completed_ratio=cost_ratio,
-        ttft_p50_delta_ms=_delta(c.ttft_ms, b.ttft_ms), e2e_p50_delta_ms=_delta(c.e2e_ms, b.e2e_ms), verdict=verdict,
+        ttft_p50_delta_ms=_delta(c.ttft_ms, b.ttft_ms), e2e_p50_delta_ms=_delta(c.e2e_ms, b.e2e_ms),
+        percentile_deltas=tails, verdict=verdict,
     )
 
 

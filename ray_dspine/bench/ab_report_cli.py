@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from ray_dspine.bench.ab_report import AbReport, ArmStats, PoolPrice, RunRecord, Spread, build_report
+from ray_dspine.bench.ab_report import AbReport, ArmComparison, ArmStats, PoolPrice, RunRecord, Spread, build_report
 from ray_dspine.cli_errors import CliError, cli_errors
 
 
@@ -69,6 +69,35 @@ def _spread_row(label: str, arms: list[ArmStats], pick) -> list[str]:
     return [label] + cells
 
 
+_DELTA_LABELS = {"ttft_ms": "TTFT", "ttft_replica_ms": "  in the replica", "ttft_outside_ms": "  outside it",
+                 "e2e_ms": "e2e"}
+
+
+def _table(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+
+
+def render_deltas(comparison: ArmComparison) -> list[str]:
+    """Candidate - baseline at p50 and p99, one row per metric, each cell `delta [low, high]` in ms."""
+    if not comparison.percentile_deltas:
+        return []
+    percentiles = sorted({d.percentile for d in comparison.percentile_deltas})
+    cells: dict[str, dict[int, str]] = {}
+    for d in comparison.percentile_deltas:
+        ci = "" if d.delta_ci is None else " [{:+.1f}, {:+.1f}]".format(*d.delta_ci)
+        cells.setdefault(d.metric, {})[d.percentile] = f"{d.delta:+.1f}{ci}"
+    header = [f"{comparison.candidate} - {comparison.baseline}, ms [95% CI]"] + [f"p{p}" for p in percentiles]
+    rows = [[_DELTA_LABELS.get(metric, metric)] + [by_p.get(p, "-") for p in percentiles]
+            for metric, by_p in cells.items()]
+    lines = _table([header] + rows)
+    p99_counts = [min(d.num_candidate, d.num_baseline) for d in comparison.percentile_deltas if d.percentile == 99]
+    if p99_counts and min(p99_counts) < 100:
+        lines.append(f"  (an arm with {min(p99_counts)} values: its p99 sits between its two largest; "
+                     "read the p99 intervals with care)")
+    return lines
+
+
 def render_report(report: AbReport) -> str:
     arms = report.arms
     ttft_split = [  # only when some arm's answers told the replica's share (Server-Timing)
@@ -96,13 +125,13 @@ def render_report(report: AbReport) -> str:
             else f"{a.acceptance.p10:.2f} / {a.acceptance.p50:.2f} / {a.acceptance.p90:.2f}" for a in arms],
         ["USD per completed req"] + [_fmt(a.cost_per_completed_usd, 5) for a in arms],
     ]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+    lines = _table(rows)
     lines += [f"cost: {a.name}: {a.cost_note}" for a in arms]
     for c in report.comparisons:
         lines.append(f"{c.candidate} / {c.baseline}: {c.speed_metric} {_fmt(c.speed_ratio, 2)}x"
                      f"{_ci(c.speed_ratio_ci, 2)}, e2e mean {_fmt(c.e2e_mean_ratio, 2)}x{_ci(c.e2e_mean_ratio_ci, 2)}"
                      f" (spans overlap {_fmt(c.spans_overlap, 2)})")
+        lines += render_deltas(c)
     if report.num_bad_lines:
         lines.append(f"skipped {report.num_bad_lines} unreadable lines of records.jsonl")
     lines.append(f"bootstrap: {report.num_resamples} resamples, seed {report.seed}")
@@ -144,7 +173,8 @@ def register_ab_report(subparsers: argparse._SubParsersAction) -> argparse.Argum
         help="per-arm throughput, latency percentiles, acceptance and cost of a replay run, with a verdict",
         description="Group records.jsonl by arm (else pool); per arm: completed requests, output throughput, "
         "TTFT/ITL/e2e p50/p95/p99, acceptance mean and p10/p50/p90, cost per completed request (prices "
-        "from --config); bootstrap 95%% CIs on per-arm means and on candidate/baseline ratios; one verdict line.",
+        "from --config); bootstrap 95%% CIs on per-arm means, on candidate/baseline ratios and on "
+        "candidate-minus-baseline TTFT and e2e p50/p99; one verdict line.",
     )
     parser.add_argument("run_dir", metavar="DIR", help="replay run folder (or a records.jsonl file)")
     parser.add_argument("--config", default=None,

@@ -143,10 +143,11 @@ def test_rule_verdict_line_sequential_arms(tmp_path):
     # Baseline tokens are constant (2 tok/s); candidate resamples give 4 * mean(tokens*) / 100 in [4, 16] tok/s,
     # so the ratio's CI lies within [2, 8] and excludes 1.
     assert 2.0 <= low <= 5.0 <= high <= 8.0
-    # TTFT p50: 250 - 247 = +3 ms; e2e p50: 2500 - 5000 = -2500 ms
+    # TTFT p50: 250 - 247 = +3 ms; TTFT p99: 397 - 394 = +3 ms, with its interval; e2e p50: 2500 - 5000 = -2500 ms
     assert re.fullmatch(
         r"speculative beats autoregressive: 5\.00x output throughput \[\d\.\d\d, \d\.\d\d\], "
-        r"50% lower cost per completed request; TTFT p50 \+3 ms, e2e p50 -2500 ms",
+        r"50% lower cost per completed request; TTFT p50 \+3 ms, TTFT p99 \+3 ms \[[-+]\d+, [-+]\d+\], "
+        r"e2e p50 -2500 ms",
         report.verdict,
     ), report.verdict
 
@@ -164,7 +165,9 @@ def test_rule_verdict_no_significant_difference_when_interleaved(tmp_path):
     assert comparison.speed_ratio == pytest.approx(1.0)
     assert report.verdict.startswith(
         "no significant difference in per-request output rate between x and y: 1.00x [")
-    assert "cost per completed request unknown; TTFT p50 +0 ms, e2e p50 +0 ms" in report.verdict
+    # every TTFT is 100 ms in both arms: the p99 difference and each resample's are 0
+    assert "cost per completed request unknown; TTFT p50 +0 ms, TTFT p99 +0 ms [+0, +0], e2e p50 +0 ms" \
+        in report.verdict
 
 
 def test_rule_grouping_by_arm_then_pool_and_baseline_choice(tmp_path):
@@ -262,3 +265,33 @@ def test_no_split_rows_when_no_answer_told_the_replicas_share(tmp_path, capsys):
     args = parser.parse_args(["ab-report", str(run)])
     assert args.func(args) == 0
     assert "in the replica" not in capsys.readouterr().out
+
+
+def test_rule_percentile_deltas_per_comparison_and_table(tmp_path, capsys):
+    # Both arms tell the replica's share. speculative TTFT 100/200/300/400 ms, replica 60/150/240/330 ms
+    # (outside 40/50/60/70); autoregressive TTFT 97/197/297/397 ms, replica 90/180/270/360 ms (outside
+    # 7/17/27/37). Outside p50: 55 - 22 = +33 ms; replica p50: 195 - 225 = -30 ms; e2e p50 2500 - 5000.
+    records = sequential_records()
+    for r, replica_s in zip(records, (0.06, 0.15, 0.24, 0.33, 0.01, 0.09, 0.18, 0.27, 0.36)):
+        r["server_replica_s"] = replica_s
+    comparison = _report(tmp_path, records).comparisons[0]
+    got = {(d.metric, d.percentile): d for d in comparison.percentile_deltas}
+    assert set(got) == {(m, p) for m in ("ttft_ms", "ttft_replica_ms", "ttft_outside_ms", "e2e_ms") for p in (50, 99)}
+    assert got["ttft_ms", 50].delta == pytest.approx(3)
+    assert got["ttft_outside_ms", 50].delta == pytest.approx(33)
+    assert got["ttft_replica_ms", 50].delta == pytest.approx(-30)
+    assert got["e2e_ms", 50].delta == pytest.approx(-2500)
+    # e2e: candidate 1..4 s against 2..8 s; a resample's p99 lies in [1000, 4000] against [2000, 8000] ms
+    low, high = got["e2e_ms", 99].delta_ci
+    assert -7000 <= low <= high <= 2000
+    parser = argparse.ArgumentParser(prog="bench")
+    register_ab_report(parser.add_subparsers())
+    args = parser.parse_args(["ab-report", str(tmp_path / "run")])
+    assert args.func(args) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("speculative - autoregressive, ms [95% CI]"))
+    assert lines[header].split()[-2:] == ["p50", "p99"]
+    assert [line.split()[0] for line in lines[header + 1:header + 5]] == ["TTFT", "in", "outside", "e2e"]
+    assert lines[header + 3].split()[2] == "+33.0"
+    # four values per arm: each p99 sits between its arm's two largest, and the table says so
+    assert lines[header + 5].startswith("  (an arm with 4 values: its p99 sits between its two largest")
