@@ -40,6 +40,7 @@ from typing import Callable, Sequence
 from ray_dspine.routing.config import RouterConfig
 from ray_dspine.routing.filters import filter_replicas, never_fits
 from ray_dspine.routing.memory_wait import MemoryWait
+from ray_dspine.routing.outcomes import STAGE_FILTER, STAGE_TTFT_GUARD
 from ray_dspine.routing.picker import rank, weighted_totals
 from ray_dspine.routing.prefix_index import PrefixIndex
 from ray_dspine.routing.registry import ScorerContext, build_scorers
@@ -86,22 +87,27 @@ class RoutingPipeline:
             cached_tokens=self._cached_tokens(request),
         )
         fallback = [v.replica_id for v in sorted(result.unreported, key=lambda v: (v.num_requests, v.replica_id))]
+        filtered = dict.fromkeys(result.rejected, STAGE_FILTER)
         if not result.kept:
             if fallback:
-                return Decision(tuple(fallback), rejected=result.rejected, reason="only unreported replicas")
+                return Decision(tuple(fallback), rejected=result.rejected, reason="only unreported replicas",
+                                rejected_by=filtered)
             if never_fits(request, views):
                 healthy = sorted((v for v in views if v.load.healthy), key=lambda v: (v.num_requests, v.replica_id))
                 return Decision(
                     tuple(v.replica_id for v in healthy),
                     rejected=result.rejected,
                     reason="no replica could ever hold the request; its engine refuses it",
+                    rejected_by=filtered,
                 )
-            return Decision((), wait=True, rejected=result.rejected, reason="no replica can hold the request")
+            return Decision((), wait=True, rejected=result.rejected, reason="no replica can hold the request",
+                            rejected_by=filtered, wait_kind="capacity")
 
-        candidates, rejected = result.kept, dict(result.rejected)
+        candidates, rejected, rejected_by = result.kept, dict(result.rejected), filtered
         if cfg.ttft_tolerance_s is not None:
             candidates, dropped = self._ttft_guard().keep(request, candidates)
             rejected.update(dropped)
+            rejected_by.update(dict.fromkeys(dropped, STAGE_TTFT_GUARD))
 
         scores: dict[str, list[float]] = {}
         latency_us: dict[str, float] = {}
@@ -117,7 +123,8 @@ class RoutingPipeline:
             chosen = next(v for v in candidates if v.replica_id == ranked[0])
             held = self._memory_wait_rule().hold(request, chosen, result.kept, views)
             if held is not None:
-                return Decision((), wait=True, rejected=rejected, reason=held)
+                return Decision((), wait=True, rejected=rejected, reason=held, rejected_by=rejected_by,
+                                wait_kind="memory")
         per_replica = {
             name: {view.replica_id: value for view, value in zip(candidates, values)}
             for name, values in scores.items()
@@ -129,6 +136,7 @@ class RoutingPipeline:
             scorer_latency_us=latency_us,
             rejected=rejected,
             reason="scored",
+            rejected_by=rejected_by,
         )
 
     def on_placed(self, request: RequestView, replica_id: str, received: bool = True) -> None:

@@ -28,6 +28,10 @@ show it (after `receipt_timeout_s` it is assumed delivered); from then on, repor
 Ray runs at most 2 x replicas (cap 50) routing loops per handle and each waiting request holds one, so
 a backlog of requests that fit nowhere delays the requests queued behind it (first come, first served).
 With DSPINE_ROUTING_DECISION_LOG=<file> set, every decision is appended there (decision_log.py).
+Every placement is also counted by outcome (outcomes.py: stayed on its conversation's replica, moved
+off it and why, or a new session), every request told to wait is counted once by kind, and each
+policy call is timed (ray_metrics.py). The outcome is judged on the replica Ray confirms, against the
+replica of the session's previous confirmed placement (a bounded table of `session_table_capacity`).
 """
 
 from __future__ import annotations
@@ -43,14 +47,18 @@ from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, R
 from ray_dspine.engines.protocol import GenerateRequest, LoadSnapshot
 from ray_dspine.routing.config import PolicyName, RouterConfig
 from ray_dspine.routing.decision_log import DecisionLog, decision_record
+from ray_dspine.routing.outcomes import placement_outcome
 from ray_dspine.routing.policies import RoutingPolicy, build_policy
+from ray_dspine.routing.ray_metrics import RoutingMetrics
+from ray_dspine.routing.session_table import SessionTable
 from ray_dspine.routing.types import UNREPORTED_AGE_S, Decision, ReplicaView, RequestView
 
 logger = logging.getLogger("ray.serve")
 
 REPORTED_AT_KEY = "reported_at_s"
-# Unconfirmed placements remembered at most (older ones are forgotten first).
-MAX_TENTATIVE = 10_000
+# Requests remembered at most per table of requests not yet confirmed (older ones are forgotten first:
+# requests cancelled before Ray routed them).
+MAX_PENDING_REQUESTS = 10_000
 
 
 def replica_view(replica_id: str, stats: dict[str, Any] | None, now_s: float, assumed_age_s: float) -> ReplicaView:
@@ -87,6 +95,11 @@ class DSpineRequestRouter(RequestRouter):
         self._tentative: dict[str, str] = {}  # request_id -> replica chosen, not yet confirmed
         self.last_decision: Decision | None = None
         self._decision_log = DecisionLog.from_env()
+        self.metrics = RoutingMetrics(config.policy)
+        self._homes = SessionTable(config.session_table_capacity)  # session -> replica of its last placement
+        # request_id -> (home, candidates, rejected_by) of its latest decision that named a replica
+        self._judged: dict[str, tuple[str | None, frozenset[str], dict[str, str]]] = {}
+        self._held: dict[str, None] = {}  # requests told to wait, counted once, not yet placed
 
     async def choose_replicas(
         self,
@@ -108,7 +121,10 @@ class DSpineRequestRouter(RequestRouter):
         log = self._decision_log
         ledger = getattr(self._policy, "ledger", None) if log is not None else None
         believed = ledger.apply(views) if ledger is not None else None  # what the ledger adds, for the log
+        started = time.perf_counter()
         decision = self._policy.choose(request, views)
+        generate = pending_request.args[0]
+        self.metrics.decided(generate.pool, time.perf_counter() - started)
         self.last_decision = decision
         if log is not None:
             log.write(decision_record(request, views, believed, decision, now))
@@ -117,10 +133,14 @@ class DSpineRequestRouter(RequestRouter):
             # Chosen on an earlier call but not routed (that replica's queue was full), and now told to
             # wait: it is on no replica, so its tentative placement must not hold headroom there.
             self._policy.on_completed(request.request_id, served=False)
+        if not ranked and decision.wait and request.request_id not in self._held:
+            _remember(self._held, request.request_id, None)
+            self.metrics.held(generate.pool, generate.arm, decision.wait_kind or "capacity")
+        if ranked:
+            home = self._homes.last(request.session_id)
+            _remember(self._judged, request.request_id, (home, frozenset(by_id), decision.rejected_by))
         if ranked and self._tentative.get(request.request_id) != ranked[0]:
-            if len(self._tentative) >= MAX_TENTATIVE:  # requests cancelled before Ray routed them
-                del self._tentative[next(iter(self._tentative))]
-            self._tentative[request.request_id] = ranked[0]
+            _remember(self._tentative, request.request_id, ranked[0])
             self._policy.on_placed(request, ranked[0], received=False)
         return [[by_id[rid]] for rid in ranked]
 
@@ -132,6 +152,12 @@ class DSpineRequestRouter(RequestRouter):
         if self._tentative.pop(request.request_id, None) != replica_id.unique_id:
             self._policy.on_placed(request, replica_id.unique_id, received=False)
         self._policy.on_received(request.request_id)
+        self._held.pop(request.request_id, None)
+        judged = self._judged.pop(request.request_id, None)
+        if judged is not None:
+            generate = pending_request.args[0]
+            self.metrics.placed(generate.pool, generate.arm, placement_outcome(replica_id.unique_id, *judged))
+        self._homes.record(request.session_id, replica_id.unique_id)
 
     def on_request_completed(self, replica_id: ReplicaID, internal_request_id: str) -> None:
         request_id = self._request_id_of.pop(internal_request_id, None)
@@ -154,6 +180,13 @@ class DSpineRequestRouter(RequestRouter):
         if not isinstance(request, GenerateRequest):
             return None
         return RequestView.from_request(request, session_id=pending_request.metadata.session_id or None)
+
+
+def _remember(table: dict, key: str, value) -> None:
+    """Insert into a bounded per-request table, forgetting the oldest entry beyond MAX_PENDING_REQUESTS."""
+    if key not in table and len(table) >= MAX_PENDING_REQUESTS:
+        del table[next(iter(table))]
+    table[key] = value
 
 
 class HeadroomRequestRouter(DSpineRequestRouter):

@@ -76,7 +76,9 @@ class Decision:
     `ranked_replica_ids` is best first; empty with `wait=True` when no replica can hold the request
     (the caller must retry later rather than place it). `scores[scorer][replica_id]` is each scorer's
     value in [0, 1]; `total_scores` the weighted sums; `scorer_latency_us` each scorer's wall time;
-    `rejected[replica_id]` says which filter removed a replica.
+    `rejected[replica_id]` says which filter removed a replica, and `rejected_by[replica_id]` which
+    stage (outcomes.py: "filter" or "ttft_guard"); `wait_kind` says why a request must wait
+    (outcomes.py's hold kinds: "memory", "capacity", "unhealthy").
     """
 
     ranked_replica_ids: tuple[str, ...]
@@ -86,6 +88,8 @@ class Decision:
     scorer_latency_us: dict[str, float] = field(default_factory=dict)
     rejected: dict[str, str] = field(default_factory=dict)
     reason: str = ""
+    rejected_by: dict[str, str] = field(default_factory=dict)
+    wait_kind: str | None = None
 
     @property
     def chosen(self) -> str | None:

@@ -3,8 +3,9 @@
     python sim_serve_app.py METRICS_PORT HTTP_PORT
 
 Starts a private Ray cluster (token auth off: RAY_AUTH_MODE=disabled, loopback only) whose metrics
-are exported on METRICS_PORT, serves two simulated pools (a DSpine control arm and a DFlash2 arm, half
-the sessions each) on 127.0.0.1:HTTP_PORT, prints READY, and shuts everything down on SIGTERM.
+are exported on METRICS_PORT, serves two simulated pools (a DSpine control arm behind our router, a
+DFlash2 arm behind Ray's default one, half the sessions each) on 127.0.0.1:HTTP_PORT, prints READY,
+and shuts everything down on SIGTERM.
 """
 
 import os
@@ -15,7 +16,7 @@ import time
 os.environ["RAY_AUTH_MODE"] = "disabled"
 
 
-def pool(name: str, drafter: str) -> dict:
+def pool(name: str, drafter: str, policy: str) -> dict:
     return {
         "name": name,
         "gpu_hour_usd": 3.5,
@@ -24,7 +25,7 @@ def pool(name: str, drafter: str) -> dict:
             "num_state_slots": 64, "max_running_requests": 16,
         },
         "deployment": {"num_replicas": 1, "num_cpus": 0.1, "max_ongoing_requests": 16, "routing_stats_period_s": 1.0,
-                       "router": {"policy": "pow2"}},
+                       "router": {"policy": policy}},
     }  # fmt: skip
 
 
@@ -34,7 +35,7 @@ def app_config():
     return AppConfig.model_validate(
         {
             "server": {"served_model_name": "sim", "api_key_env": None},
-            "pools": [pool("sim-dspine", "dspine"), pool("sim-dflash2", "dflash2")],
+            "pools": [pool("sim-dspine", "dspine", "headroom"), pool("sim-dflash2", "dflash2", "pow2")],
             "traffic": {
                 "default_reasoning_level": "none",
                 "rules": [

@@ -16,6 +16,9 @@ REQUIRED_METRICS = {
     "cost": "ray_dspine_replica_cost_usd_per_hour",
     "time in the replica before the first chunk": "ray_dspine_first_chunk_replica_s_bucket",
     "routing and transport before the first chunk": "ray_dspine_first_chunk_routing_s_bucket",
+    "placements by outcome (turns moved off their replica)": "ray_dspine_routing_placements_total",
+    "requests the router held": "ray_dspine_routing_holds_total",
+    "routing decision time": "ray_dspine_routing_decision_s_bucket",
 }
 
 

@@ -148,3 +148,8 @@ def test_every_dashboard_panel_returns_data(serve_app, prometheus):
     assert up and all(sample["value"][1] == "1" for sample in up), f"Ray's metrics port was not scraped: {up}"
     report = "\n".join(f"  {title} [{ref}]: {expr}" for title, ref, expr in missing)
     assert not missing, f"{len(missing)} of {len(queries)} panel queries returned no data:\n{report}"
+    # One replica behind our router: a session's first request is new, every later one stays on it.
+    placed = httpx.get(f"{prometheus}/api/v1/query", params={
+        "query": 'sum by (outcome, policy) (ray_dspine_routing_placements_total{pool="sim-dspine"})'}).json()
+    outcomes = {(s["metric"]["outcome"], s["metric"]["policy"]) for s in placed["data"]["result"]}
+    assert outcomes == {("new_session", "headroom"), ("stayed", "headroom")}, placed

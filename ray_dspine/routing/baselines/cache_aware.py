@@ -58,7 +58,7 @@ class CacheAwarePolicy:
         views = self.ledger.apply(replicas)
         healthy = [v for v in views if v.load.healthy]
         if not healthy:
-            return Decision((), wait=True, reason="no healthy replica")
+            return Decision((), wait=True, reason="no healthy replica", wait_kind="unhealthy")
         load = {v.replica_id: v.num_requests for v in views}
 
         def by_load(view: ReplicaView) -> tuple[int, str]:

@@ -22,7 +22,7 @@ class LeastLoadPolicy:
     def choose(self, request: RequestView, replicas: Sequence[ReplicaView]) -> Decision:
         views = [v for v in self.ledger.apply(replicas) if v.load.healthy]
         if not views:
-            return Decision((), wait=True, reason="no healthy replica")
+            return Decision((), wait=True, reason="no healthy replica", wait_kind="unhealthy")
         ordered = sorted(views, key=lambda v: (v.num_requests, v.replica_id))
         loads = {v.replica_id: float(v.num_requests) for v in views}
         return Decision(tuple(v.replica_id for v in ordered), scores={"load": loads}, reason="least load")
