@@ -103,7 +103,7 @@ class RoutingPipeline:
             return Decision((), wait=True, rejected=result.rejected, reason="no replica can hold the request",
                             rejected_by=filtered, wait_kind="capacity")
 
-        candidates, rejected, rejected_by = result.kept, dict(result.rejected), filtered
+        candidates, rejected, rejected_by = result.kept, dict(result.rejected), dict(filtered)
         if cfg.ttft_tolerance_s is not None:
             candidates, dropped = self._ttft_guard().keep(request, candidates)
             rejected.update(dropped)
