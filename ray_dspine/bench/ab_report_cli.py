@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -163,6 +164,16 @@ def _run_command(args: argparse.Namespace) -> int:
         flag = "--baseline" if "baseline arm" in str(exc) else "DIR"
         raise CliError(f"argument {flag}: {exc}") from exc
     print(report.model_dump_json(indent=2) if args.json else render_report(report))
+    if args.plot:
+        from ray_dspine.bench.ab_deltas_plot import plot_deltas  # matplotlib only when asked
+
+        try:
+            plot_deltas(report, Path(args.plot))
+        except ValueError as exc:  # one arm, or no timed requests
+            raise CliError(f"argument --plot: {exc}") from exc
+        except OSError as exc:
+            raise CliError(f"argument --plot: cannot write {args.plot} ({exc.strerror or exc})") from exc
+        print(f"wrote {args.plot}", file=sys.stderr)
     return 0
 
 
@@ -183,5 +194,8 @@ def register_ab_report(subparsers: argparse._SubParsersAction) -> argparse.Argum
     parser.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples (default %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default %(default)s)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--plot", metavar="FILE", default=None,
+                        help="also draw each arm's p50/p99 differences from the baseline, with their intervals, "
+                        "as a PNG")
     parser.set_defaults(func=_run_command)
     return parser

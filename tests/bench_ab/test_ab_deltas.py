@@ -83,3 +83,48 @@ def test_bootstrap_percentiles_shape_blocks_and_seed(monkeypatch):
     blocked = bootstrap_percentiles(values, [50], _rng(2), 7)
     # the median of three draws from {1, 5, 9} is one of them
     assert blocked.shape == (1, 7) and set(np.unique(blocked)) <= {1.0, 5.0, 9.0}
+
+
+def _comparison(deltas):
+    from ray_dspine.bench.ab_report import ArmComparison
+
+    return ArmComparison(candidate="spec", baseline="ar", spans_overlap=1.0, speed_metric="per-request output rate",
+                         speed_ratio=None, speed_ratio_ci=None, throughput_ratio=None, throughput_ratio_ci=None,
+                         e2e_mean_ratio=None, e2e_mean_ratio_ci=None, cost_per_completed_ratio=None,
+                         ttft_p50_delta_ms=None, e2e_p50_delta_ms=None, percentile_deltas=deltas, verdict="")
+
+
+def _delta(metric, p, ci):
+    return PercentileDelta(metric=metric, percentile=p, num_candidate=50, num_baseline=60, candidate=0, baseline=0,
+                           delta=0 if ci is None else sum(ci) / 2, delta_ci=ci)
+
+
+def test_rule_plot_rows_in_report_order_coloured_by_reading():
+    from ray_dspine.bench.ab_deltas_plot import delta_rows
+
+    rows = delta_rows(_comparison([_delta("ttft_ms", 50, (-9.0, -1.0)), _delta("ttft_ms", 99, (2.0, 8.0)),
+                                   _delta("ttft_outside_ms", 50, (-1.0, 1.0)), _delta("e2e_ms", 99, None)]))
+    assert [(label, colour) for label, _, colour in rows] == [
+        ("TTFT p50", "tab:green"), ("TTFT p99", "tab:red"), ("TTFT outside it p50", "tab:gray"),
+        ("e2e p99", "tab:gray")]
+
+
+def test_plot_draws_ttft_and_e2e_on_their_own_scales_and_refuses_nothing_to_draw(tmp_path):
+    from ray_dspine.bench.ab_deltas_plot import draw_deltas, plot_deltas
+    from ray_dspine.bench.ab_report import AbReport
+
+    def report(comparisons):
+        return AbReport(source="run", num_records=110, num_bad_lines=0, run_span_s=10.0, num_resamples=100, seed=0,
+                        baseline="ar", arms=[], comparisons=comparisons, verdict="")
+
+    deltas = [_delta("ttft_ms", 50, (-9.0, -1.0)), _delta("ttft_ms", 99, (-20.0, 5.0)),
+              _delta("e2e_ms", 50, (-900.0, -100.0)), _delta("e2e_ms", 99, (-2000.0, 400.0))]
+    figure = draw_deltas(report([_comparison(deltas)]))
+    ttft_axes, e2e_axes = figure.axes
+    assert [t.get_text() for t in ttft_axes.get_yticklabels()] == ["TTFT p50", "TTFT p99"]
+    assert [t.get_text() for t in e2e_axes.get_yticklabels()] == ["e2e p50", "e2e p99"]
+    assert "spec (50 requests) vs ar (60)" in ttft_axes.get_title()
+    png = plot_deltas(report([_comparison(deltas)]), tmp_path / "deltas.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(ValueError, match="no latency differences to draw"):
+        draw_deltas(report([]))

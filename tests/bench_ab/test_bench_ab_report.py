@@ -205,10 +205,12 @@ def test_cli_table_and_json(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "TTFT ms p50/p95/p99" in text and "250.0 / 385.0 / 397.0" in text
     assert "verdict: speculative beats autoregressive: 5.00x output throughput" in text
-    args = parser.parse_args(["ab-report", str(run), "--json", "--resamples", "500"])
+    args = parser.parse_args(["ab-report", str(run), "--json", "--resamples", "500", "--plot", str(tmp_path / "d.png")])
     assert args.func(args) == 0
-    payload = json.loads(capsys.readouterr().out)
+    out = capsys.readouterr()
+    payload = json.loads(out.out)
     assert payload["baseline"] == "autoregressive" and payload["num_resamples"] == 500
+    assert (tmp_path / "d.png").read_bytes()[:4] == b"\x89PNG" and f"wrote {tmp_path / 'd.png'}" in out.err
 
 
 @pytest.mark.parametrize(
@@ -219,6 +221,8 @@ def test_cli_table_and_json(tmp_path, capsys):
         (["{run}", "--resamples", "5"], "argument --resamples: must be from 100 to 100000 (got 5)"),
         (["{run}", "--baseline", "nope"], "argument --baseline: baseline arm 'nope' is not among the arms"),
         (["{run}", "--config", "{missing}"], "argument --config: cannot read pool prices"),
+        (["{single}", "--plot", "{missing}/d.png"], "argument --plot: no latency differences to draw"),
+        (["{run}", "--plot", "{missing}/d.png"], "argument --plot: cannot write"),
     ],
 )
 def test_cli_bad_input_names_the_argument_and_exits_2(tmp_path, capsys, flags, named):
@@ -226,7 +230,10 @@ def test_cli_bad_input_names_the_argument_and_exits_2(tmp_path, capsys, flags, n
     empty = tmp_path / "empty"
     empty.mkdir()
     (empty / "records.jsonl").write_text("")
-    paths = {"run": str(run), "empty": str(empty), "missing": str(tmp_path / "no-such-run")}
+    single = tmp_path / "single"
+    single.mkdir()
+    (single / "records.jsonl").write_text(json.dumps(sequential_records()[0]) + "\n")
+    paths = {"run": str(run), "empty": str(empty), "missing": str(tmp_path / "no-such-run"), "single": str(single)}
     parser = argparse.ArgumentParser(prog="bench")
     register_ab_report(parser.add_subparsers())
     args = parser.parse_args(["ab-report", *(flag.format(**paths) for flag in flags)])
