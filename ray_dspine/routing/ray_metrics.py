@@ -8,12 +8,14 @@ pools' routers), exported through `ray.serve.metrics` with Serve's deployment an
     dspine_routing_decision_s{pool, policy}                histogram: the policy's time per routing call
 
 The same counts are kept in memory (`placements`, `holds`: tag tuple -> count), so a router can be
-read without Prometheus. Ray's metric objects are built only where Ray runs (`ray.is_initialized()`);
-elsewhere, as in unit tests, only the in-memory counts are kept.
+read without Prometheus. Ray's metric objects are built only where Ray runs (`ray.is_initialized()`),
+once per process and shared by its routers (an ingress holds one per pool); elsewhere, as in unit
+tests, only the in-memory counts are kept.
 """
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 
 DECISION_BOUNDARIES_S = [0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1]
@@ -28,7 +30,7 @@ class RoutingMetrics:
             import ray
 
             export = ray.is_initialized()
-        self._exported = _Exported() if export else None
+        self._exported = _shared_exported() if export else None
 
     def placed(self, pool: str, arm: str, outcome: str) -> None:
         self.placements[(pool, arm, outcome)] += 1
@@ -61,3 +63,9 @@ class _Exported:
             "dspine_routing_decision_s", "The routing policy's time per call (s).", DECISION_BOUNDARIES_S,
             ("pool", "policy"),
         )  # fmt: skip
+
+
+@functools.lru_cache(maxsize=1)
+def _shared_exported() -> _Exported:
+    """One set of Ray metric objects per process: an ingress routes to every pool, one router each."""
+    return _Exported()

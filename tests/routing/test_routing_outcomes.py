@@ -125,3 +125,15 @@ def test_adapter_counts_each_placement_once_by_outcome_and_each_hold_once():
                                          ("dspine", "control", "moved_capacity"): 1}
     assert router.metrics.holds == {("dspine", "control", "capacity"): 1}
     assert router._held == {} and router._judged == {}
+
+
+def test_routers_in_one_process_share_one_set_of_ray_metrics():
+    pytest.importorskip("ray")
+    from ray_dspine.routing.ray_metrics import RoutingMetrics
+
+    first, second = RoutingMetrics("headroom", export=True), RoutingMetrics("cache_aware", export=True)
+    assert first._exported is second._exported is not None
+    # the in-memory counts stay each router's own
+    first.placed("dspine", "control", "stayed")
+    assert first.placements == {("dspine", "control", "stayed"): 1} and second.placements == {}
+    assert RoutingMetrics("headroom", export=False)._exported is None
