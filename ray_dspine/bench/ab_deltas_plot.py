@@ -28,8 +28,8 @@ METRIC_LABELS = {"ttft_ms": "TTFT", "ttft_replica_ms": "TTFT in the replica", "t
 
 def delta_rows(comparison: ArmComparison) -> list[tuple[str, PercentileDelta, str]]:
     """(label, delta, colour) per row, top to bottom."""
-    return [(f"{METRIC_LABELS.get(d.metric, d.metric)} p{d.percentile}", d, READING_COLOURS.get(d.reading, "tab:gray"))
-            for d in comparison.percentile_deltas]
+    return [(f"{METRIC_LABELS.get(d.metric, d.metric)} p{d.percentile}", d,
+             READING_COLOURS.get(d.reading, "tab:gray")) for d in comparison.percentile_deltas]
 
 
 def _split_e2e(rows: list[tuple[str, PercentileDelta, str]]) -> list[list[tuple[str, PercentileDelta, str]]]:

@@ -2,7 +2,7 @@
 
 import re
 
-from dashboard_queries import data_panels, load_dashboard, panel_queries
+from dashboard_queries import REPO, data_panels, load_dashboard, panel_queries
 
 REQUIRED_METRICS = {
     # Each brief item and the series that shows it.
@@ -69,3 +69,14 @@ def test_queries_use_only_known_variables_and_cover_the_brief():
     for name in ("ray_dspine_ttft_s_bucket", "ray_dspine_itl_s_bucket", "ray_dspine_e2e_s_bucket"):
         for q in ("0.5", "0.95", "0.99"):
             assert f"histogram_quantile({q}, sum by (pool, le) (rate({name}" in resolved
+
+
+def test_routing_panels_and_operations_guide_name_every_outcome_the_router_counts():
+    from ray_dspine.routing.outcomes import HOLD_KINDS, PLACEMENT_OUTCOMES
+
+    panels = {panel["title"]: panel for panel in data_panels(load_dashboard())}
+    guide = (REPO / "docs" / "operations.md").read_text()
+    for outcome in PLACEMENT_OUTCOMES:
+        assert outcome in panels["Placements by outcome"]["description"] and f"`{outcome}`" in guide, outcome
+    for kind in HOLD_KINDS:
+        assert kind in panels["Requests held by the router"]["description"] and f"`{kind}`" in guide, kind
