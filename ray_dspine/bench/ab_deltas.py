@@ -25,6 +25,8 @@ from collections.abc import Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from ray_dspine.bench.stats import resample_blocks
+
 PERCENTILES = (50, 99)
 _BLOCK_CELLS = 2_000_000
 
@@ -56,11 +58,8 @@ class PercentileDelta(BaseModel):
 def bootstrap_percentiles(values: np.ndarray, percentiles: Sequence[float], rng: np.random.Generator,
                           num_resamples: int) -> np.ndarray:
     """Shape (len(percentiles), num_resamples): each percentile of each resample of `values`."""
-    n = values.size
-    block = max(1, _BLOCK_CELLS // max(n, 1))
-    parts = [np.percentile(values[rng.integers(0, n, size=(min(block, num_resamples - done), n))],
-                           list(percentiles), axis=1)
-             for done in range(0, num_resamples, block)]
+    parts = [np.percentile(block, list(percentiles), axis=1)
+             for block in resample_blocks(values, rng, num_resamples, _BLOCK_CELLS)]
     return np.concatenate(parts, axis=1)
 
 

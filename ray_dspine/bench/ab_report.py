@@ -37,6 +37,7 @@ import numpy as np
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from ray_dspine.bench.ab_deltas import PercentileDelta, percentile_deltas
+from ray_dspine.bench.stats import resample_blocks
 
 _CHUNK_CELLS = 2_000_000  # resample indices drawn per batch, to bound memory
 
@@ -92,11 +93,7 @@ def percentile(values: list[float] | np.ndarray, p: float) -> float | None:
 
 def bootstrap_means(values: np.ndarray, rng: np.random.Generator, num_resamples: int) -> np.ndarray:
     """Means of `num_resamples` resamples (with replacement) of `values`."""
-    n = values.size
-    batch = max(1, _CHUNK_CELLS // max(n, 1))
-    means = [values[rng.integers(0, n, size=(min(batch, num_resamples - done), n))].mean(axis=1)
-             for done in range(0, num_resamples, batch)]
-    return np.concatenate(means)
+    return np.concatenate([block.mean(axis=1) for block in resample_blocks(values, rng, num_resamples, _CHUNK_CELLS)])
 
 
 def interval(samples: np.ndarray) -> tuple[float, float]:

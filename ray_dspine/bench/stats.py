@@ -17,7 +17,7 @@ Complexity: O(B * n) time, O(B) memory plus one n-row block of indices at a time
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -72,14 +72,18 @@ def describe(values: Sequence[float]) -> Distribution:
     )
 
 
-def _resampled_means(x: np.ndarray, rng: np.random.Generator, num_resamples: int) -> np.ndarray:
-    out = np.empty(num_resamples)
-    rows = max(1, 1_000_000 // max(1, len(x)))  # bound the index block to ~1M entries
+def resample_blocks(
+    x: np.ndarray, rng: np.random.Generator, num_resamples: int, max_cells: int = 1_000_000
+) -> Iterator[np.ndarray]:
+    """`num_resamples` resamples of `x` with replacement, as blocks of rows (one resample per row), each
+    block at most `max_cells` drawn indices (at least one row), so memory stays bounded."""
+    rows = max(1, max_cells // max(1, len(x)))
     for start in range(0, num_resamples, rows):
-        stop = min(num_resamples, start + rows)
-        idx = rng.integers(0, len(x), size=(stop - start, len(x)))
-        out[start:stop] = x[idx].mean(axis=1)
-    return out
+        yield x[rng.integers(0, len(x), size=(min(rows, num_resamples - start), len(x)))]
+
+
+def _resampled_means(x: np.ndarray, rng: np.random.Generator, num_resamples: int) -> np.ndarray:
+    return np.concatenate([block.mean(axis=1) for block in resample_blocks(x, rng, num_resamples)])
 
 
 def _check(confidence: float, num_resamples: int) -> None:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import math
 
 HEADER = "server-timing"
-METRICS = ("parse", "replica", "ingress")
 
 
 def server_timing(parse_s: float, replica_s: float | None, ingress_s: float) -> str:
