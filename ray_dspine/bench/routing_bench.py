@@ -103,6 +103,9 @@ FLAG_OF_FIELD = {
     "repeats": "--repeats", "backlog_source": "--backlog", "schedule_policy": "--schedule-policy",
     "chunked_prefill_tokens": "--chunked-prefill-size", "hicache_host_tokens": "--hicache-host-tokens",
     "hicache_store_tokens": "--hicache-store-tokens", "hicache_write_policy": "--hicache-write-policy",
+    "min_uncached_tokens": "--prefill-pacing-tokens", "piece_tokens": "--prefill-pacing-piece-tokens",
+    "prefill_pacing": "--prefill-pacing-piece-tokens", "yield_fraction": "--prefill-pacing-yield",
+    "prefill_pacing_routers": "--prefill-pacing-routers",
 }  # fmt: skip
 CHECK_COUNTERS = ("num_submitted", "num_admitted", "num_finished", "num_prefix_hit_tokens", "num_prefill_tokens",
                   "num_output_tokens", "num_waited_for_memory", "num_waited_for_state_slots")  # fmt: skip
@@ -175,6 +178,25 @@ def register(subparsers) -> None:
         "prefill is chunked, sglang#33714)",
     )  # fmt: skip
     parser.add_argument(
+        "--prefill-pacing-tokens", type=int, default=None, metavar="TOKENS",
+        help="--virtual: the replicas of --prefill-pacing-routers send a prompt with at least this many uncached "
+        "tokens as a chain of its own prefixes, so that requests arriving meanwhile start between the pieces "
+        "(engines/prefill_pacing.py; default: off)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--prefill-pacing-piece-tokens", type=int, default=None, metavar="TOKENS",
+        help="--virtual: prompt tokens per piece of a paced prompt (default 16384)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--prefill-pacing-yield", type=float, default=None, metavar="SHARE",
+        help="--virtual: delay a paced prompt accepts from requests let ahead of it, as a share of its own "
+        "prefill (default 0.5)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--prefill-pacing-routers", default=None, metavar="LIST",
+        help="--virtual: routers whose replicas pace long prompts (default headroom)",
+    )  # fmt: skip
+    parser.add_argument(
         "--sweep-tolerance", default=None, metavar="LIST",
         help="--virtual: replay ours once per TTFT-guard tolerance (simulated s, or none), e.g. 0,2,4,6,8,none, "
         "against the baselines; prints the p99 TTFT / prefix-hit trade",
@@ -224,6 +246,17 @@ def settings_from_args(args) -> RoutingBenchSettings:
         values["chunked_prefill_tokens"] = args.chunked_prefill_size or None
     if args.max_tokens_cap is not None:
         values["max_tokens_cap"] = args.max_tokens_cap or None
+    pacing = {
+        "min_uncached_tokens": args.prefill_pacing_tokens,
+        "piece_tokens": args.prefill_pacing_piece_tokens,
+        "yield_fraction": args.prefill_pacing_yield,
+    }
+    if any(v is not None for v in pacing.values()) or args.prefill_pacing_routers:
+        if args.prefill_pacing_tokens is None:
+            raise CliError("argument --prefill-pacing-tokens: give the uncached tokens from which a prompt is paced")
+        values["prefill_pacing"] = {k: v for k, v in pacing.items() if v is not None}
+    if args.prefill_pacing_routers:
+        values["prefill_pacing_routers"] = [n.strip() for n in args.prefill_pacing_routers.split(",") if n.strip()]
     if args.routers:
         values["routers"] = [name.strip() for name in args.routers.split(",") if name.strip()]
     try:
@@ -389,6 +422,10 @@ def routing_main(args) -> int:
         raise CliError(
             "argument --hicache-store-tokens: a store shared by the replicas is modelled in virtual time; "
             "add --virtual (the host tier, --hicache-host-tokens, runs through Ray too)"
+        )
+    if settings.prefill_pacing is not None and not args.virtual:
+        raise CliError(
+            "argument --prefill-pacing-tokens: paced prefill is modelled in virtual time so far; add --virtual"
         )
     if args.slices is not None and args.sweep_tolerance is not None:
         raise CliError("argument --slices: a tolerance sweep replays one slice; choose it with --seed")

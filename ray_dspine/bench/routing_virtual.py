@@ -25,6 +25,12 @@ Rules (simulated seconds throughout):
              other policies: policy.choose on the reports (the router's on_placed / on_completed
              as the Ray adapter calls them). A request the policy makes wait is offered again every
              RETRY_S until placed.
+  pacing     with settings.prefill_pacing, the replicas of the routers in settings.prefill_pacing_routers
+             pace long uncached prompts as a replica would (engines/prefill_pacing.py): one PrefillPacer per
+             core; a paced request's pieces are sent to its core one after another (each a prefix of its
+             prompt, max_tokens 1, sent when the last one finished), then the request itself. The router
+             places the request once and is told of its completion once; the pieces are the replica's
+             business. Its TTFT counts from its arrival to the first token of the request itself.
   router     RouterConfig(policy, stale_after_s and assumed_stats_age_s in simulated seconds); its
              GPU-second defaults (ttft_tolerance_s, ttft_tolerance_cached_max_s, memory_wait_tolerance_s,
              latency_slack_s, ttft_indifference_s) apply as they are, since the cores report
@@ -32,8 +38,9 @@ Rules (simulated seconds throughout):
   figures    TTFT p50/p99 and end-to-end p99 over all requests (percentiles as numpy's linear rule),
              TTFT excess p99 over each request's floor, the order-preserving bound on p99 TTFT over the
              replay's own arrivals and the floors (routing_order_bound.py), prefix-hit rate =
-             hit / (hit + prefilled) tokens over the cores' counters, requests per replica,
-             retractions; given the ideal cache's hit tokens, what the hits lost to it by kind of
+             hit / (hit + prefilled) tokens over the cores' counters, less the hits a paced request and its
+             pieces owe to its earlier pieces (what its core held before its first piece counts as its
+             hit), requests per replica, retractions; given the ideal cache's hit tokens, what the hits lost to it by kind of
              request (routing_hit_loss.py), with held_i = the most prompt tokens any core's cache
              would give request i at the moment it is placed; with tail = N > 0, the N slowest requests
              and what held each up (routing_tail.py). Cached tokens per request: as its engine reported
@@ -53,6 +60,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..engines.prefill_backlog import PrefillBacklog
+from ..engines.prefill_pacing import PacedPrefill, PrefillPacer
 from ..engines.protocol import LoadSnapshot
 from ..engines.simulated.core import SimReplicaCore
 from ..engines.simulated.kv_tiers import KvTier
@@ -68,6 +76,9 @@ from .routing_order_bound import order_bound_p99
 from .routing_tail import ServedRequest, SlowRequest, slowest_requests
 from .routing_workload import BENCH_MODEL, RoutingBenchSettings, bench_app_config, bench_prefill_seconds, ingress_view
 from .traces.model import TraceRequest
+
+# A paced request's pieces are sent to its core as "<turn index>/piece/<prefix tokens>".
+PIECE_MARK = "/piece/"
 
 # Simulated seconds between offers of a request the router made wait (Ray backs off 25 ms to 0.5 s).
 RETRY_S = 0.05
@@ -99,6 +110,7 @@ class VirtualFigures(BaseModel):
     )
     num_retractions: int
     requests_per_replica: list[int] = Field(description="Requests placed on each replica.")
+    num_paced: int = Field(default=0, description="Requests whose replica paced their prefill (rule `pacing`).")
     slowest: list[SlowRequest] = Field(
         default_factory=list, description="The slowest requests and what held them up (`--tail`), slowest first."
     )
@@ -167,6 +179,10 @@ class _Replay:
         self.backlog_source = settings.backlog_source
         assumed_rate = RouterConfig().default_prefill_tokens_per_s
         self.backlogs = [PrefillBacklog(lambda: self.now, default_tokens_per_s=assumed_rate) for _ in range(self.n)]
+        pacing = settings.prefill_pacing if policy in settings.prefill_pacing_routers else None
+        self.pacers = [PrefillPacer(pacing) for _ in range(self.n)] if pacing is not None else None
+        self.paced: dict[int, PacedPrefill] = {}  # turn index -> its pacing (rule `pacing`)
+        self.self_hit_tokens = 0  # hits paced requests owe to their own pieces (rule `figures`)
         self.policy: RoutingPolicy | None = None
         if policy != "pow2":
             self.policy = build_policy(config or virtual_router_config(settings, policy), clock=lambda: self.now)
@@ -215,10 +231,31 @@ class _Replay:
             held = (core.cached_prompt_tokens(turn.prompt_tokens, turn.prefix_hashes) for core in self.cores)
             self.held[turn.index] = max(held)
         self.in_flight[k] += 1
+        self.backlogs[k].submit(str(turn.index), turn.prompt_tokens, turn.prefix_hashes)
+        if self.pacers is not None:
+            cached = self.cores[k].cached_prompt_tokens(turn.prompt_tokens, turn.prefix_hashes)
+            paced = self.pacers[k].start(str(turn.index), turn.prompt_tokens, cached)
+            if paced is not None:
+                self.paced[turn.index] = paced
+                self.send_next(turn, k)
+                return True
+        self.send_whole(turn, k)
+        return True
+
+    def send_whole(self, turn: _Turn, k: int) -> None:
         sim_request = SimRequest(str(turn.index), turn.prompt_tokens, turn.max_tokens, turn.prefix_hashes, turn.session_id)
         self.cores[k].submit(sim_request, self.now)
-        self.backlogs[k].submit(sim_request.request_id, turn.prompt_tokens, turn.prefix_hashes)
-        return True
+
+    def send_next(self, turn: _Turn, k: int) -> None:
+        """A paced request's next piece, or the request itself once its pacing is over (rule `pacing`)."""
+        length = self.paced[turn.index].next_piece(self.now)
+        if length is None:
+            self.pacers[k].finish(str(turn.index))
+            self.send_whole(turn, k)
+            return
+        blocks = length // self.pacers[k].config.prefix_block_tokens
+        piece = SimRequest(f"{turn.index}{PIECE_MARK}{length}", length, 1, turn.prefix_hashes[:blocks], turn.session_id)
+        self.cores[k].submit(piece, self.now)
 
     def next_time(self, arrivals: list, waiting: list) -> float:
         times = [min(self.next_report)]
@@ -261,6 +298,14 @@ def replay_virtual(
         replay.now = replay.next_time(arrivals, waiting)
         for k, core in enumerate(replay.cores):
             for event in core.advance_to(replay.now):
+                if PIECE_MARK in event.request_id:
+                    if event.kind == "finished":
+                        index = int(event.request_id.split(PIECE_MARK)[0])
+                        piece_cached = event.usage.cached_prompt_tokens if event.usage is not None else 0
+                        replay.self_hit_tokens += max(0, piece_cached - replay.paced[index].cached_before)
+                        replay.paced[index].piece_done(event.time_s)
+                        replay.send_next(turns[index], k)
+                    continue
                 index = int(event.request_id)
                 if event.kind == "first_token":
                     first[index] = event.time_s
@@ -268,6 +313,10 @@ def replay_virtual(
                 elif event.kind == "finished":
                     end[index] = event.time_s
                     cached[index] = event.usage.cached_prompt_tokens if event.usage is not None else 0
+                    if index in replay.paced:
+                        before = replay.paced[index].cached_before
+                        replay.self_hit_tokens += max(0, cached[index] - before)
+                        cached[index] = min(cached[index], before)
                     replay.in_flight[k] -= 1
                     if replay.policy is not None:
                         replay.policy.on_completed(event.request_id)
@@ -321,7 +370,7 @@ def _figures(
         [(sent[t.index], floors_sim_s[t.request_id]) for t in turns if t.request_id in floors_sim_s], replay.n
     )
     counters = [core.counters() for core in replay.cores]
-    hit = sum(c.num_prefix_hit_tokens for c in counters)
+    hit = sum(c.num_prefix_hit_tokens for c in counters) - replay.self_hit_tokens
     total = hit + sum(c.num_prefill_tokens for c in counters)
     return VirtualFigures(
         router=policy,
@@ -336,6 +385,7 @@ def _figures(
         prefix_hit_rate=hit / total if total > 0 else None,
         num_retractions=sum(c.num_retractions for c in counters),
         requests_per_replica=[sum(1 for k in replay.placed_on.values() if k == r) for r in range(replay.n)],
+        num_paced=len(replay.paced),
     )
 
 

@@ -49,6 +49,7 @@ from ..engines.simulated.profile import load_profile
 from ..engines.protocol import SchedulePolicy
 from ..engines.simulated.step_model import prefill_alone_ms
 from ..pools import plan_pool
+from ..engines.prefill_pacing import PrefillPacingConfig
 from ..routing.config import PolicyName, RouterConfig, TrafficConfig, TrafficRule
 from ..routing.fingerprint import conversation_text, prefix_hashes
 from .client import ClientSettings, build_body
@@ -142,6 +143,14 @@ class RoutingBenchSettings(BaseModel):
     )
     hicache_write_policy: WritePolicy = Field(
         default="write_back", description="The replicas' --hicache-write-policy, for the host tier and the store."
+    )
+    prefill_pacing: PrefillPacingConfig | None = Field(
+        default=None,
+        description="Paced prefill of long uncached prompts on the replicas of `prefill_pacing_routers` "
+        "(engines/prefill_pacing.py; virtual replay only; None: off).",
+    )
+    prefill_pacing_routers: list[PolicyName] = Field(
+        default_factory=lambda: ["headroom"], description="Routers whose replicas pace long prompts."
     )
     seed: int = Field(default=0, ge=0, description="Session sampling, arrival spreading and engine draws.")
     repeats: int = Field(

@@ -6,6 +6,7 @@ import json
 import pytest
 
 from ray_dspine.bench.routing_bench import register
+from ray_dspine.engines.prefill_pacing import PrefillPacingConfig
 from ray_dspine.bench.routing_virtual import _Replay, _turns, replay_virtual
 from ray_dspine.bench.routing_workload import RoutingBenchSettings, ideal_hit_tokens, ttft_floors_by_request
 from ray_dspine.bench.traces.loader import NAMED_TRACES, default_traces_dir
@@ -276,3 +277,57 @@ def test_cli_virtual_ceiling_by_replay_uses_each_replays_own_slice_floor(capsys,
     expected = [1 - bound / p99 for bound, p99 in zip(bounds, p99s)]
     assert result["ttft_p99_reduction_order_bound_by_run"] == {"cache_aware": pytest.approx(expected)}
     assert all(floor <= bound + 1e-9 for floor, bound in zip(floors, bounds))
+
+
+def test_rule_pacing_lets_a_request_arriving_mid_prompt_in_between_the_pieces():
+    # one replica; r0: an 8,192-character message -> 2,051 tokens, four full blocks of 512; r1 (another
+    # session) 103 tokens, arriving at 0.1 s. Pacing from 1,000 uncached tokens in pieces of 512:
+    # pieces 512, 1,024, 1,536 (2,051 - 2,048 < 256 ends them); the request itself prefills the last 515.
+    # Each pass costs 26.47 ms + 0.1 ms per uncached token: a piece 77.67 ms, r0's last part 77.97 ms,
+    # r1 36.77 ms.
+    #   unpaced: r0 prefills 0-231.57 ms; r1 waits for it: 231.57-268.34 -> TTFTs 231.57 and 168.34 ms
+    #   paced:   pieces 0-77.67, 77.67-155.34; r1 (queued at 100 ms) goes before the third piece:
+    #            155.34-192.11; third piece 192.11-269.78. The replica sends r0 itself when that piece
+    #            ends, by when the engine has begun r1's next verify step: 26.47 + 0.5 * 1 + 1.365e-5 *
+    #            104 context + 9.80 draft + 0.0515 * 15 = 37.544 ms (the H200 profile), so r0 prefills
+    #            307.32-385.29 -> TTFTs 385.29 and 92.11 ms
+    requests = [trace_request("r0", "s0", 0.0, "a" * 8192), trace_request("r1", "s1", 0.1, "c" * 400)]
+    one = RoutingBenchSettings(num_replicas=1)
+    paced = one.model_copy(
+        update={"prefill_pacing": PrefillPacingConfig(min_uncached_tokens=1_000, piece_tokens=512)}
+    )
+    floors = ttft_floors_by_request(requests, one)
+
+    def ttfts(settings, policy="headroom"):
+        f = replay_virtual(requests, settings, policy, engine_seed=0, floors_sim_s=floors, tail=2)
+        return f, {row.request_id: row.ttft_s for row in f.slowest}
+
+    plain, plain_ttft = ttfts(one)
+    assert plain_ttft == pytest.approx({"r0": 0.23157, "r1": 0.16834})
+    assert plain.num_paced == 0
+    f, paced_ttft = ttfts(paced)
+    assert paced_ttft == pytest.approx({"r0": 0.385294, "r1": 0.09211}, abs=2e-6)
+    assert f.num_paced == 1
+    # the hit rate counts r0's pieces as prefill and nothing they cached for r0 as a hit:
+    # no prompt here shares a block with another, so nothing hits
+    assert f.prefix_hit_rate == 0.0
+    # only the routers named in prefill_pacing_routers get pacing replicas
+    _, baseline_ttft = ttfts(paced, "cache_aware")
+    assert baseline_ttft == pytest.approx(plain_ttft)
+
+
+def test_cli_prefill_pacing_needs_virtual_and_a_threshold(capsys):
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    args = parser.parse_args(["routing", "--prefill-pacing-tokens", "80000"])
+    assert args.func(args) == 2
+    assert "--prefill-pacing-tokens: paced prefill is modelled in virtual time so far; add --virtual" in (
+        capsys.readouterr().err
+    )
+    args = parser.parse_args(["routing", "--virtual", "--prefill-pacing-yield", "0.5"])
+    assert args.func(args) == 2
+    assert "--prefill-pacing-tokens: give the uncached tokens" in capsys.readouterr().err
+    args = parser.parse_args(["routing", "--virtual", "--prefill-pacing-tokens", "80000",
+                              "--prefill-pacing-piece-tokens", "1000"])  # fmt: skip
+    assert args.func(args) == 2
+    assert "argument --prefill-pacing-piece-tokens: " in capsys.readouterr().err
