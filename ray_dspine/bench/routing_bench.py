@@ -179,22 +179,23 @@ def register(subparsers) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--prefill-pacing-tokens", type=int, default=None, metavar="TOKENS",
-        help="--virtual: the replicas of --prefill-pacing-routers send a prompt with at least this many uncached "
-        "tokens as a chain of its own prefixes, so that requests arriving meanwhile start between the pieces "
-        "(engines/prefill_pacing.py; default: off)",
+        help="the replicas of --prefill-pacing-routers send a prompt with at least this many uncached tokens as a "
+        "chain of its own prefixes, so that requests arriving meanwhile start between the pieces "
+        "(engines/prefill_pacing.py; default 80000; 0: off)",
     )  # fmt: skip
     parser.add_argument(
         "--prefill-pacing-piece-tokens", type=int, default=None, metavar="TOKENS",
-        help="--virtual: prompt tokens per piece of a paced prompt (default 16384)",
+        help="prompt tokens per piece of a paced prompt (default 16384)",
     )  # fmt: skip
     parser.add_argument(
         "--prefill-pacing-yield", type=float, default=None, metavar="SHARE",
-        help="--virtual: delay a paced prompt accepts from requests let ahead of it, as a share of its own "
-        "prefill (default 0.5)",
+        help="delay a paced prompt accepts from requests let ahead of it, as a share of its own prefill "
+        "(default 0.5)",
     )  # fmt: skip
     parser.add_argument(
         "--prefill-pacing-routers", default=None, metavar="LIST",
-        help="--virtual: routers whose replicas pace long prompts (default headroom)",
+        help="routers whose replicas pace long prompts (default headroom: ours' replicas, which report what "
+        "they pace to its router)",
     )  # fmt: skip
     parser.add_argument(
         "--sweep-tolerance", default=None, metavar="LIST",
@@ -251,10 +252,16 @@ def settings_from_args(args) -> RoutingBenchSettings:
         "piece_tokens": args.prefill_pacing_piece_tokens,
         "yield_fraction": args.prefill_pacing_yield,
     }
-    if any(v is not None for v in pacing.values()) or args.prefill_pacing_routers:
-        if args.prefill_pacing_tokens is None:
-            raise CliError("argument --prefill-pacing-tokens: give the uncached tokens from which a prompt is paced")
-        values["prefill_pacing"] = {k: v for k, v in pacing.items() if v is not None}
+    if args.prefill_pacing_tokens == 0:
+        if any(v is not None for k, v in pacing.items() if k != "min_uncached_tokens") or args.prefill_pacing_routers:
+            raise CliError(
+                "argument --prefill-pacing-tokens: 0 turns paced prefill off; leave out the other --prefill-pacing "
+                "options, or give a threshold"
+            )
+        values["prefill_pacing"] = None
+    elif any(v is not None for v in pacing.values()):
+        default = RoutingBenchSettings.model_fields["prefill_pacing"].get_default(call_default_factory=True)
+        values["prefill_pacing"] = {**default.model_dump(), **{k: v for k, v in pacing.items() if v is not None}}
     if args.prefill_pacing_routers:
         values["prefill_pacing_routers"] = [n.strip() for n in args.prefill_pacing_routers.split(",") if n.strip()]
     if args.routers:
@@ -372,8 +379,8 @@ def run_bench(settings: RoutingBenchSettings, tail: int = 0) -> tuple[dict, dict
             progress(
                 f"[{index}/{len(runs)}] {policy}: {f.num_ok}/{f.num_requests} ok, TTFT p99 {p99} s "
                 f"(over the floor: {excess} simulated s; outside the replica: p99 {outside_ms} ms), "
-                f"prefix hit {hit}, waited for memory {f.num_waited_for_memory}, retractions {f.num_retractions} "
-                f"({time.monotonic() - begun:.0f} s)"
+                f"prefix hit {hit}, waited for memory {f.num_waited_for_memory}, retractions {f.num_retractions}, "
+                f"paced {f.num_paced} ({time.monotonic() - begun:.0f} s)"
             )
     finally:
         cluster.stop_cluster()
@@ -422,10 +429,6 @@ def routing_main(args) -> int:
         raise CliError(
             "argument --hicache-store-tokens: a store shared by the replicas is modelled in virtual time; "
             "add --virtual (the host tier, --hicache-host-tokens, runs through Ray too)"
-        )
-    if settings.prefill_pacing is not None and not args.virtual:
-        raise CliError(
-            "argument --prefill-pacing-tokens: paced prefill is modelled in virtual time so far; add --virtual"
         )
     if args.slices is not None and args.sweep_tolerance is not None:
         raise CliError("argument --slices: a tolerance sweep replays one slice; choose it with --seed")

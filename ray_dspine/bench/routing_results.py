@@ -120,6 +120,9 @@ class RouterFigures(BaseModel):
     num_waited_for_state_slots: int
     num_retractions: int
     num_evicted_cache_blocks: int
+    num_paced: int = Field(
+        default=0, description="Prompts the replicas paced (engines/prefill_pacing.py), over every replay."
+    )
     replicas: list[ReplicaFigures]
     num_replays: int = Field(default=1, description="Replays of the slice pooled into these figures.")
     ttft_p99_s_by_replay: list[float | None] = Field(
@@ -223,7 +226,7 @@ def router_figures(
     for entry in counters:
         c = entry["counters"]
         for key in ("num_prefix_hit_tokens", "num_prefill_tokens", "num_waited_for_memory",
-                    "num_waited_for_state_slots", "num_retractions", "num_evicted_blocks"):  # fmt: skip
+                    "num_waited_for_state_slots", "num_retractions", "num_evicted_blocks", "num_paced"):  # fmt: skip
             totals[key] += int(c.get(key, 0))
         replicas.append(
             ReplicaFigures(
@@ -260,6 +263,7 @@ def router_figures(
         num_waited_for_state_slots=totals["num_waited_for_state_slots"],
         num_retractions=totals["num_retractions"],
         num_evicted_cache_blocks=totals["num_evicted_blocks"],
+        num_paced=totals["num_paced"],
         replicas=replicas,
         num_replays=len(by_replay),
         ttft_p99_s_by_replay=p99_by_replay,

@@ -30,7 +30,13 @@ Rules (simulated seconds throughout):
              core; a paced request's pieces are sent to its core one after another (each a prefix of its
              prompt, max_tokens 1, sent when the last one finished), then the request itself. The router
              places the request once and is told of its completion once; the pieces are the replica's
-             business. Its TTFT counts from its arrival to the first token of the request itself.
+             business, and so are its holds (a request held while another is paced is sent when that
+             one is sent whole) and what it lets in (prefill_pacing.py rule `hold`). A request the
+             router gave no permit (Decision.pace False, routing/pacing_permit.py) is never paced. Each
+             report adds the pacer's yielding tokens to the core's backlog (the core sees only the piece
+             out) and carries yield_budget_tokens and pacing_min_uncached_tokens, as the replica's
+             PacedEngine reports them. Its TTFT counts from its arrival to the first token of the
+             request itself.
   router     RouterConfig(policy, stale_after_s and assumed_stats_age_s in simulated seconds); its
              GPU-second defaults (ttft_tolerance_s, ttft_tolerance_cached_max_s, memory_wait_tolerance_s,
              latency_slack_s, ttft_indifference_s) apply as they are, since the cores report
@@ -38,9 +44,9 @@ Rules (simulated seconds throughout):
   figures    TTFT p50/p99 and end-to-end p99 over all requests (percentiles as numpy's linear rule),
              TTFT excess p99 over each request's floor, the order-preserving bound on p99 TTFT over the
              replay's own arrivals and the floors (routing_order_bound.py), prefix-hit rate =
-             hit / (hit + prefilled) tokens over the cores' counters, less the hits a paced request and its
-             pieces owe to its earlier pieces (what its core held before its first piece counts as its
-             hit), requests per replica, retractions; given the ideal cache's hit tokens, what the hits lost to it by kind of
+             hit / (hit + prefilled) tokens over the cores' counters, less the hits of a paced request and
+             its pieces beyond the request's own hit (prefill_pacing.py rule `hit`: what neither its
+             pieces nor it prefilled), requests per replica, retractions; given the ideal cache's hit tokens, what the hits lost to it by kind of
              request (routing_hit_loss.py), with held_i = the most prompt tokens any core's cache
              would give request i at the moment it is placed; with tail = N > 0, the N slowest requests
              and what held each up (routing_tail.py). Cached tokens per request: as its engine reported
@@ -60,7 +66,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..engines.prefill_backlog import PrefillBacklog
-from ..engines.prefill_pacing import PacedPrefill, PrefillPacer
+from ..engines.prefill_pacing import PIECE_MARK, PacedPrefill, PrefillPacer
 from ..engines.protocol import LoadSnapshot
 from ..engines.simulated.core import SimReplicaCore
 from ..engines.simulated.kv_tiers import KvTier
@@ -77,8 +83,6 @@ from .routing_tail import ServedRequest, SlowRequest, slowest_requests
 from .routing_workload import BENCH_MODEL, RoutingBenchSettings, bench_app_config, bench_prefill_seconds, ingress_view
 from .traces.model import TraceRequest
 
-# A paced request's pieces are sent to its core as "<turn index>/piece/<prefix tokens>".
-PIECE_MARK = "/piece/"
 
 # Simulated seconds between offers of a request the router made wait (Ray backs off 25 ms to 0.5 s).
 RETRY_S = 0.05
@@ -182,6 +186,8 @@ class _Replay:
         pacing = settings.prefill_pacing if policy in settings.prefill_pacing_routers else None
         self.pacers = [PrefillPacer(pacing) for _ in range(self.n)] if pacing is not None else None
         self.paced: dict[int, PacedPrefill] = {}  # turn index -> its pacing (rule `pacing`)
+        self.unpermitted: set[int] = set()  # requests the router gave no pacing permit (Decision.pace)
+        self.held_turns: dict[int, _Turn] = {}  # long prompts waiting for their replica's paced one
         self.self_hit_tokens = 0  # hits paced requests owe to their own pieces (rule `figures`)
         self.policy: RoutingPolicy | None = None
         if policy != "pow2":
@@ -194,6 +200,15 @@ class _Replay:
     def report(self, k: int) -> LoadSnapshot:
         """Replica k's load as the router is told it (rule `backlog`)."""
         load = self.cores[k].load()
+        if self.pacers is not None:
+            # The core sees only the piece out; the rest of the paced prompt and the held requests are
+            # the replica's (rule `yielding` of engines/prefill_pacing.py).
+            yielding = self.pacers[k].yielding_tokens()
+            load.yielding_prefill_tokens = yielding
+            load.yield_budget_tokens = self.pacers[k].left_tokens()
+            load.pacing_min_uncached_tokens = self.pacers[k].config.min_uncached_tokens
+            if self.backlog_source == "engine":
+                load.pending_prefill_tokens += yielding
         if self.backlog_source == "engine":
             return load
         backlog = self.backlogs[k]
@@ -226,21 +241,35 @@ class _Replay:
                 return False
             k = self.ids.index(decision.chosen)
             self.policy.on_placed(request, decision.chosen)
+            if not decision.pace:
+                self.unpermitted.add(turn.index)
         self.placed_on[turn.index] = k
         if self.record_held:
             held = (core.cached_prompt_tokens(turn.prompt_tokens, turn.prefix_hashes) for core in self.cores)
             self.held[turn.index] = max(held)
         self.in_flight[k] += 1
         self.backlogs[k].submit(str(turn.index), turn.prompt_tokens, turn.prefix_hashes)
-        if self.pacers is not None:
-            cached = self.cores[k].cached_prompt_tokens(turn.prompt_tokens, turn.prefix_hashes)
-            paced = self.pacers[k].start(str(turn.index), turn.prompt_tokens, cached)
-            if paced is not None:
-                self.paced[turn.index] = paced
-                self.send_next(turn, k)
-                return True
-        self.send_whole(turn, k)
+        self.arrive(turn, k)
         return True
+
+    def arrive(self, turn: _Turn, k: int) -> None:
+        """A placed (or released) request reaches replica k: held, paced, or sent whole (rule `pacing`)."""
+        pacer = self.pacers[k] if self.pacers is not None else None
+        if pacer is None:
+            self.send_whole(turn, k)
+            return
+        cached = self.cores[k].cached_prompt_tokens(turn.prompt_tokens, turn.prefix_hashes)
+        if pacer.should_hold(turn.prompt_tokens, cached):
+            pacer.hold(str(turn.index), turn.prompt_tokens - cached)
+            self.held_turns[turn.index] = turn
+            return
+        paced = None if turn.index in self.unpermitted else pacer.start(str(turn.index), turn.prompt_tokens, cached)
+        if paced is not None:
+            self.paced[turn.index] = paced
+            self.send_next(turn, k)
+            return
+        pacer.let_in(turn.prompt_tokens - cached)
+        self.send_whole(turn, k)
 
     def send_whole(self, turn: _Turn, k: int) -> None:
         sim_request = SimRequest(str(turn.index), turn.prompt_tokens, turn.max_tokens, turn.prefix_hashes, turn.session_id)
@@ -250,8 +279,10 @@ class _Replay:
         """A paced request's next piece, or the request itself once its pacing is over (rule `pacing`)."""
         length = self.paced[turn.index].next_piece(self.now)
         if length is None:
-            self.pacers[k].finish(str(turn.index))
+            released = self.pacers[k].finish(str(turn.index))
             self.send_whole(turn, k)
+            for request_id in released:
+                self.arrive(self.held_turns.pop(int(request_id)), k)
             return
         blocks = length // self.pacers[k].config.prefix_block_tokens
         piece = SimRequest(f"{turn.index}{PIECE_MARK}{length}", length, 1, turn.prefix_hashes[:blocks], turn.session_id)
@@ -301,8 +332,8 @@ def replay_virtual(
                 if PIECE_MARK in event.request_id:
                     if event.kind == "finished":
                         index = int(event.request_id.split(PIECE_MARK)[0])
-                        piece_cached = event.usage.cached_prompt_tokens if event.usage is not None else 0
-                        replay.self_hit_tokens += max(0, piece_cached - replay.paced[index].cached_before)
+                        if event.usage is not None:
+                            replay.paced[index].record(event.usage.prompt_tokens, event.usage.cached_prompt_tokens)
                         replay.paced[index].piece_done(event.time_s)
                         replay.send_next(turns[index], k)
                     continue
@@ -314,9 +345,10 @@ def replay_virtual(
                     end[index] = event.time_s
                     cached[index] = event.usage.cached_prompt_tokens if event.usage is not None else 0
                     if index in replay.paced:
-                        before = replay.paced[index].cached_before
-                        replay.self_hit_tokens += max(0, cached[index] - before)
-                        cached[index] = min(cached[index], before)
+                        paced = replay.paced[index]
+                        paced.record(turns[index].prompt_tokens, cached[index])
+                        replay.self_hit_tokens += paced.self_hit_tokens()
+                        cached[index] = paced.hit_tokens()
                     replay.in_flight[k] -= 1
                     if replay.policy is not None:
                         replay.policy.on_completed(event.request_id)

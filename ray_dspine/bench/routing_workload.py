@@ -25,8 +25,10 @@ App rule: one pool `bench` of `num_replicas` simulated replicas sized by the cap
 `capacity` (the DSpine pool of clusters/sim.yaml), every reasoning level routed to it,
 max_ongoing_requests = the plan's running-request limit, and `RouterConfig(policy=p)` for the router
 p under test, its GPU-second defaults (ttft_tolerance_s, ttft_tolerance_cached_max_s,
-memory_wait_tolerance_s, latency_slack_s, ttft_indifference_s) times engine_time_scale; nothing else
-differs between routers.
+memory_wait_tolerance_s, latency_slack_s, ttft_indifference_s) times engine_time_scale; and, for the
+routers in `prefill_pacing_routers` (ours by default), replicas that pace long prompts
+(`prefill_pacing`, engines/prefill_pacing.py; the baselines' replicas run as SGLang does, under SGLang
+Model Gateway or Ray's router). Nothing else differs between routers.
 Complexity: O(n log n) for n trace requests; the floor and the hit ceiling O(total prompt characters).
 """
 
@@ -145,9 +147,9 @@ class RoutingBenchSettings(BaseModel):
         default="write_back", description="The replicas' --hicache-write-policy, for the host tier and the store."
     )
     prefill_pacing: PrefillPacingConfig | None = Field(
-        default=None,
+        default_factory=lambda: PrefillPacingConfig(min_uncached_tokens=80_000),
         description="Paced prefill of long uncached prompts on the replicas of `prefill_pacing_routers` "
-        "(engines/prefill_pacing.py; virtual replay only; None: off).",
+        "(engines/prefill_pacing.py): from 80,000 uncached tokens, about 8 s of prefill on an H200; None: off.",
     )
     prefill_pacing_routers: list[PolicyName] = Field(
         default_factory=lambda: ["headroom"], description="Routers whose replicas pace long prompts."
@@ -374,7 +376,7 @@ def gpu_seconds_in_wall_time(engine_time_scale: float) -> dict[str, float]:
 
 
 def bench_app_config(settings: RoutingBenchSettings, policy: PolicyName) -> AppConfig:
-    """The app for one router: identical for every policy except `router.policy`."""
+    """The app for one router: identical for every policy except `router.policy` and paced prefill (App rule)."""
     engine = SimulatedEngineConfig(
         profile=settings.profile,
         workload=settings.workload,
@@ -386,6 +388,7 @@ def bench_app_config(settings: RoutingBenchSettings, policy: PolicyName) -> AppC
         chunked_prefill_tokens=settings.chunked_prefill_tokens,
         hicache_host_tokens=settings.hicache_host_tokens,
         hicache_write_policy=settings.hicache_write_policy,
+        prefill_pacing=settings.prefill_pacing if policy in settings.prefill_pacing_routers else None,
     )
     router = RouterConfig(
         policy=policy,

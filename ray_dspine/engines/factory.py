@@ -13,7 +13,12 @@ def make_engine(config, pool_name: str = "pool") -> Engine:
     if config.kind == "simulated":
         from .simulated.engine import SimulatedEngine
 
-        return SimulatedEngine(config)
+        engine = SimulatedEngine(config)
+        if config.prefill_pacing is None:
+            return engine
+        from .paced_engine import PacedEngine
+
+        return PacedEngine(engine, config.prefill_pacing)
     if config.kind == "sglang":
         from .sglang.engine import SGLangEngine
 

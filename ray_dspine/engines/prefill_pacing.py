@@ -9,11 +9,12 @@ after every piece, and whatever arrived meanwhile goes first; the prefix cache k
 next one prefills only its own tokens.
 
 Rules (B = prefix_block_tokens; C = piece_tokens, a multiple of B; times in seconds):
-  paced(q)       = uncached(q) >= min_uncached_tokens, and no other paced prompt is in progress on the
-                   replica (one at a time: two paced prompts would only yield to each other)
+  long(q)        = uncached(q) >= min_uncached_tokens and pieces(q) is not empty
+  paced(q)       = long(q), and no other paced prompt is in progress on the replica (one at a time: two
+                   paced prompts would only yield to each other)
   pieces(q)      = b_j = floor(cached(q) / B) * B + j * C  for j = 1, 2, ... while prompt_tokens(q) - b_j >= C / 2
                    (prefix lengths, block-aligned; the request itself, sent last, prefills the final
-                   C / 2 to 3C / 2 tokens); no piece at all -> not paced
+                   C / 2 to 3C / 2 tokens); no piece at all -> not long
   budget_s(q)    = yield_fraction * uncached(q) / prefill_tokens_per_s
                    (how much of other requests' work q lets ahead of it, in seconds of its own delay)
   after piece j, sent at s_j and finished at t_j:
@@ -21,11 +22,29 @@ Rules (B = prefix_block_tokens; C = piece_tokens, a multiple of B; times in seco
                    a pass's fixed cost counts as yielded too, which only tightens the budget)
   next(q)        = the next piece while yielded_s < budget_s and pieces remain; else q itself, whole
                    (its prefix is now cached, so it prefills only what the pieces did not)
-  cached_before  = cached(q): the prompt tokens the replica held before the first piece, which is the
-                   prefix hit q reports (the pieces' own tokens were prefilled, not hit)
+  cached_before  = cached(q): the prompt tokens the replica held when q arrived, where its pieces start
+  hit(q)         = prompt_tokens(q) - sum over q's pieces and q itself of (prompt - cached) tokens, as the
+                   engine reports each: the prefix hit q reports, i.e. what neither its pieces nor q
+                   prefilled (what was cached when it arrived, and what another request prefilled while
+                   it was paced); the hits its pieces give each other and q are its own work, not hits
+  left(q)        = budget_s(q) * rate - yielded_s * rate - measuring - queued_ahead      tokens
+                   (the budget still unspent, in tokens of others' prefill: queued_ahead = uncached tokens
+                   of requests let in since the piece out was sent, which will run before the next piece;
+                   measuring = those let in before it was sent, which its own time will count)
+  hold(q)        = with hold_long_prompts, while a prompt p is paced: long(q), or uncached(q) > left(p).
+                   q waits at the replica, behind earlier held requests, until p is sent whole; then the
+                   held requests are started again in arrival order (the first long one paced, the rest
+                   let in or held again against its budget). Any other request is let in (sent whole
+                   now, ahead of p's next piece) and adds its uncached tokens to queued_ahead. So p's
+                   delay stays within its budget but for the piece that spends it, and a medium prompt
+                   never jumps in between p's pieces to spend the whole budget, and more, in one go.
+                   Without hold_long_prompts, every request other than p is let in.
+  yielding       = the paced prompt's tokens after the piece out, plus the held requests' uncached tokens:
+                   the replica's prefill backlog that a request within left(p) goes ahead of (reported
+                   with left(p), so that a router can tell the two kinds of newcomer apart)
 A paced prompt accepts about budget_s of delay (the check comes between pieces, so the piece that
-spends the budget may pass it); every request that arrives while it is paced waits for at most the
-piece under way.
+spends the budget may pass it); every request let in while it is paced waits for at most the piece
+under way, and every held request for the rest of the paced prompt, as it would without pacing.
 Parameters: min_uncached_tokens >= 1; piece_tokens >= B, a multiple of B; yield_fraction >= 0;
 prefill_tokens_per_s > 0.
 Complexity: O(prompt_tokens / C) to plan; O(1) per piece.
@@ -33,9 +52,14 @@ Complexity: O(prompt_tokens / C) to plan; O(1) per piece.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+# A paced prompt's piece is sent as request "<request id>/piece/<prefix tokens>".
+PIECE_MARK = "/piece/"
 
 
 class PrefillPacingConfig(BaseModel):
@@ -59,6 +83,11 @@ class PrefillPacingConfig(BaseModel):
         default=10_000.0, gt=0.0, description="The replica's prefill rate, tokens/s (for the budget)."
     )
     prefix_block_tokens: int = Field(default=512, ge=1, description="The prefix cache's block, tokens.")
+    hold_long_prompts: bool = Field(
+        default=True,
+        description="Requests arriving while a prompt is paced that are long, or larger than what is left of "
+        "its budget, wait for it at the replica instead of going ahead of its pieces (rule `hold`).",
+    )
 
     @model_validator(mode="after")
     def _pieces_whole_blocks(self) -> "PrefillPacingConfig":
@@ -95,6 +124,10 @@ class PacedPrefill:
     sent_s: float | None = None
     sent_tokens: int = 0
     done_tokens: int = field(init=False)
+    measuring_tokens: int = 0
+    queued_ahead_tokens: int = 0
+    prefilled_tokens: int = 0
+    engine_hit_tokens: int = 0
 
     def __post_init__(self) -> None:
         self.done_tokens = self.cached_before
@@ -106,7 +139,34 @@ class PacedPrefill:
             return None
         self.sent_tokens = self.pieces.pop(0)
         self.sent_s = now_s
+        self.measuring_tokens, self.queued_ahead_tokens = self.queued_ahead_tokens, 0
         return self.sent_tokens
+
+    def record(self, prompt_tokens: int, cached_tokens: int) -> None:
+        """A piece of this prompt, or the prompt itself, ended: the engine's prompt and cached tokens for it."""
+        self.prefilled_tokens += max(0, prompt_tokens - cached_tokens)
+        self.engine_hit_tokens += cached_tokens
+
+    def hit_tokens(self) -> int:
+        """Rule `hit`: the prefix hit the request reports (once it and its pieces are recorded)."""
+        return max(0, self.prompt_tokens - self.prefilled_tokens)
+
+    def self_hit_tokens(self) -> int:
+        """The engine's hits for this request and its pieces that are its own work (engine hits - `hit`)."""
+        return max(0, self.engine_hit_tokens - self.hit_tokens())
+
+    def left_tokens(self) -> int:
+        """Rule `left`: the budget still unspent, in tokens of others' prefill (never negative)."""
+        left = (self.budget_s - self.yielded_s) * self.rate - self.measuring_tokens - self.queued_ahead_tokens
+        return max(0, int(left))
+
+    def let_in(self, uncached_tokens: int) -> None:
+        """A request sent ahead of this prompt's next piece (rule `hold`)."""
+        self.queued_ahead_tokens += max(0, uncached_tokens)
+
+    def unsent_tokens(self) -> int:
+        """Prompt tokens after the piece out (after the last finished one between pieces)."""
+        return self.prompt_tokens - max(self.sent_tokens, self.done_tokens)
 
     def piece_done(self, now_s: float) -> None:
         """The piece sent last finished at `now_s`: count the time beyond its own prefill as yielded."""
@@ -116,6 +176,7 @@ class PacedPrefill:
         self.yielded_s += max(0.0, (now_s - self.sent_s) - own_s)
         self.done_tokens = self.sent_tokens
         self.sent_s = None
+        self.measuring_tokens = 0
 
 
 class PrefillPacer:
@@ -124,25 +185,70 @@ class PrefillPacer:
     def __init__(self, config: PrefillPacingConfig):
         self.config = config
         self._active: PacedPrefill | None = None
+        self._held: deque[tuple[str, int]] = deque()  # (request id, uncached tokens) in arrival order
 
     @property
     def active(self) -> PacedPrefill | None:
         return self._active
 
+    @property
+    def held(self) -> tuple[str, ...]:
+        return tuple(rid for rid, _ in self._held)
+
+    def is_long(self, prompt_tokens: int, cached_tokens: int) -> bool:
+        """Rule `long`: the prompt would be paced were no other prompt paced."""
+        cfg = self.config
+        if prompt_tokens - cached_tokens < cfg.min_uncached_tokens:
+            return False
+        return bool(plan_pieces(prompt_tokens, cached_tokens, cfg.piece_tokens, cfg.prefix_block_tokens))
+
+    def should_hold(self, prompt_tokens: int, cached_tokens: int) -> bool:
+        """Rule `hold`: the request is to wait (call `hold`) until the paced prompt is sent whole."""
+        if not self.config.hold_long_prompts or self._active is None:
+            return False
+        if self.is_long(prompt_tokens, cached_tokens):
+            return True
+        return prompt_tokens - cached_tokens > self._active.left_tokens()
+
+    def hold(self, request_id: str, uncached_tokens: int) -> None:
+        self._held.append((request_id, max(0, uncached_tokens)))
+
+    def release(self, request_id: str) -> None:
+        """A held request withdrawn (a cancel) before its turn."""
+        self._held = deque(item for item in self._held if item[0] != request_id)
+
+    def let_in(self, uncached_tokens: int) -> None:
+        """A request sent whole while a prompt is paced goes ahead of its next piece (rule `hold`)."""
+        if self._active is not None:
+            self._active.let_in(uncached_tokens)
+
+    def yielding_tokens(self) -> int:
+        """Rule `yielding`: backlog a request within the budget goes ahead of (0 when nothing is paced)."""
+        if self._active is None:
+            return 0
+        return self._active.unsent_tokens() + sum(tokens for _, tokens in self._held)
+
+    def left_tokens(self) -> int:
+        """Rule `left` of the paced prompt; 0 when nothing is paced."""
+        return 0 if self._active is None else self._active.left_tokens()
+
     def start(self, request_id: str, prompt_tokens: int, cached_tokens: int) -> PacedPrefill | None:
         """A PacedPrefill when the request is to be paced, else None (send it whole)."""
         cfg = self.config
         uncached = prompt_tokens - cached_tokens
-        if self._active is not None or uncached < cfg.min_uncached_tokens:
+        if self._active is not None or not self.is_long(prompt_tokens, cached_tokens):
             return None
         pieces = plan_pieces(prompt_tokens, cached_tokens, cfg.piece_tokens, cfg.prefix_block_tokens)
-        if not pieces:
-            return None
         budget_s = cfg.yield_fraction * uncached / cfg.prefill_tokens_per_s
         self._active = PacedPrefill(request_id, prompt_tokens, cached_tokens, budget_s, cfg.prefill_tokens_per_s, pieces)
         return self._active
 
-    def finish(self, request_id: str) -> None:
-        """The paced request itself was sent (or withdrawn): another prompt may be paced."""
-        if self._active is not None and self._active.request_id == request_id:
-            self._active = None
+    def finish(self, request_id: str) -> list[str]:
+        """The paced request itself was sent (or withdrawn): another prompt may be paced. Returns the held
+        requests, in arrival order, to start again now (rule `hold`); they leave the held list."""
+        if self._active is None or self._active.request_id != request_id:
+            return []
+        self._active = None
+        released = [rid for rid, _ in self._held]
+        self._held.clear()
+        return released

@@ -65,6 +65,11 @@ class GenerateRequest(BaseModel):
     frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
     presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
     logit_bias: dict[str, float] | None = Field(default=None, description="Token id (as a string) -> bias, -100..100.")
+    pace: bool = Field(
+        default=True,
+        description="The router's permit: a replica that paces long prompts may pace this one "
+        "(routing/pacing_permit.py); False: it is sent whole.",
+    )
 
 
 class Usage(BaseModel):
@@ -133,6 +138,25 @@ class LoadSnapshot(BaseModel):
     )
     pending_prefill_tokens: int = Field(
         default=0, ge=0, description="Uncached prompt tokens of queued and not yet prefilled requests."
+    )
+    yielding_prefill_tokens: int = Field(
+        default=0,
+        ge=0,
+        description="Of pending_prefill_tokens, those a newcomer with at most yield_budget_tokens uncached "
+        "tokens goes ahead of: a paced prompt's unsent part and the requests held behind it "
+        "(engines/prefill_pacing.py); 0: nothing paced.",
+    )
+    pacing_min_uncached_tokens: int = Field(
+        default=0,
+        ge=0,
+        description="The replica paces prompts with at least this many uncached tokens (engines/prefill_pacing.py); "
+        "0: it does not pace.",
+    )
+    yield_budget_tokens: int = Field(
+        default=0,
+        ge=0,
+        description="Uncached prompt tokens of others' prefill the paced prompt still lets ahead of it; a larger "
+        "newcomer waits behind it.",
     )
     prefill_tokens_per_s: float = Field(
         default=0.0,

@@ -217,6 +217,24 @@ class RouterConfig(BaseModel):
         "it more than this many seconds later than a replica that is only short of memory, and has more "
         "prefill queued, the request waits for memory there instead (memory_wait.py); None places it at once.",
     )
+    pacing_max_long_share: float = Field(
+        default=0.01,
+        ge=0.0,
+        le=1.0,
+        description="headroom: a replica that paces long prompts may pace one only while long prompts are at "
+        "most this share of the pool's recent requests (pacing_permit.py; 0.01: the requests above a p99).",
+    )
+    pacing_window_requests: int = Field(
+        default=2_000, ge=1, description="headroom: recent requests over which the long prompts' share is taken."
+    )
+    pacing_prior_requests: int = Field(
+        default=200,
+        ge=0,
+        description="headroom: requests of share pacing_prior_share the share starts from (a fresh pool).",
+    )
+    pacing_prior_share: float = Field(
+        default=0.005, ge=0.0, le=1.0, description="headroom: the long prompts' share a fresh pool expects."
+    )
     assumed_stats_age_s: float = Field(
         default=1.0,
         ge=0.0,

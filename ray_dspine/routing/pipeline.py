@@ -15,6 +15,8 @@
     ranking  = picker.rank(near, sum_s w_s * score_s)        (scorers/*, picker.py), then unreported
     if memory_wait_tolerance_s is set and memory_wait.hold(q, ranking[0], kept, views):
                  wait (a replica short of memory would start q far sooner; memory_wait.py)
+    pace     = permits.judge(q, long(q, ranking[0]))        (pacing_permit.py: may a replica that paces
+               long prompts pace q; the fallbacks above leave it True)
 
 The filters' cached(q, r) is the prompt less uncached_tokens(q, depth(q, r)) of the prefix index (the
 TTFT scorer's estimate): a replica that caches most of a long prompt needs KV only for the rest.
@@ -41,6 +43,7 @@ from ray_dspine.routing.config import RouterConfig
 from ray_dspine.routing.filters import filter_replicas, never_fits
 from ray_dspine.routing.memory_wait import MemoryWait
 from ray_dspine.routing.outcomes import STAGE_FILTER, STAGE_TTFT_GUARD
+from ray_dspine.routing.pacing_permit import PacingPermits
 from ray_dspine.routing.picker import rank, weighted_totals
 from ray_dspine.routing.prefix_index import PrefixIndex
 from ray_dspine.routing.registry import ScorerContext, build_scorers
@@ -73,6 +76,12 @@ class RoutingPipeline:
         self._memory_wait: MemoryWait | None = None
         self._cache_generations: dict[str, int] = {}
         self._in_flight: OrderedDict[str, tuple[str, tuple[str, ...], int]] = OrderedDict()
+        self.permits = PacingPermits(
+            config.pacing_max_long_share,
+            config.pacing_window_requests,
+            config.pacing_prior_requests,
+            config.pacing_prior_share,
+        )
 
     def choose(self, request: RequestView, replicas: Sequence[ReplicaView]) -> Decision:
         cfg = self._config
@@ -137,7 +146,17 @@ class RoutingPipeline:
             rejected=rejected,
             reason="scored",
             rejected_by=rejected_by,
+            pace=self._pacing_permit(request, next((v for v in views if v.replica_id == ranked[0]), None)),
         )
+
+    def _pacing_permit(self, request: RequestView, chosen: ReplicaView | None) -> bool:
+        """pacing_permit.py: whether the chosen replica may pace the request, if it is long there."""
+        threshold = chosen.load.pacing_min_uncached_tokens if chosen is not None else 0
+        depth = 0
+        if threshold and request.prefix_hashes:
+            depth = self.prefix_index.depths(request.prefix_hashes).get(chosen.replica_id, 0)
+        long = threshold > 0 and uncached_tokens(request, depth) >= threshold
+        return self.permits.judge(request.request_id, long)
 
     def on_placed(self, request: RequestView, replica_id: str, received: bool = True) -> None:
         depth = self.prefix_index.depths(request.prefix_hashes).get(replica_id, 0) if request.prefix_hashes else 0

@@ -16,7 +16,9 @@ tried all replicas); we consider all replicas on every call, so we always set it
 No FIFOMixin: Ray then gives the chosen replica to exactly the request it was chosen for.
 Replica loads come from `replica.routing_stats` (the dict `record_routing_stats` returned, a
 `LoadSnapshot` plus an optional `reported_at_s` wall-clock timestamp); the typed request is
-`pending_request.args[0]`; the session id is `pending_request.metadata.session_id`.
+`pending_request.args[0]`; the session id is `pending_request.metadata.session_id`. The decision's
+pacing permit (`Decision.pace`, pacing_permit.py) is written into that typed request, which Ray
+serializes when it sends it to the replica chosen, after `choose_replicas` returns.
 Placements are recorded as soon as `choose_replicas` picks a replica (tentatively: the request is still
 on its way to the replica, and requests routed meanwhile must see it, or a burst lands on one replica),
 corrected in `on_request_routed` when Ray ended up on another replica (Ray calls it once a replica
@@ -139,6 +141,9 @@ class DSpineRequestRouter(RequestRouter):
         if ranked:
             home = self._homes.last(request.session_id)
             _remember(self._judged, request.request_id, (home, frozenset(by_id), decision.rejected_by))
+            # The permit travels in the request itself: Ray sends `pending_request.args` to the replica
+            # it routes to after this call returns (pacing_permit.py; engines/paced_engine.py reads it).
+            generate.pace = decision.pace
         if ranked and self._tentative.get(request.request_id) != ranked[0]:
             _remember(self._tentative, request.request_id, ranked[0])
             self._policy.on_placed(request, ranked[0], received=False)

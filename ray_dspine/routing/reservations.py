@@ -23,6 +23,9 @@ all see the same free KV. The ledger subtracts what this router placed since the
                        report ages; no drain when the rate is 0 (unknown) or the age is infinite;
                        p.prefill_tokens: the uncached prompt tokens estimated when p was placed,
                        the whole prompt when the caller gave no estimate)
+    yield_budget_tokens'(r) = max(0, yield_budget_tokens(r) - sum_{p in pending} p.prefill_tokens)
+                      (a replica pacing a long prompt lets only so much prefill ahead of it, and this
+                       router's placements since the report spend that first; predicted_ttft.py `ahead`)
 
 Placements older than `horizon_s` are forgotten (a report that old is dropped by the filters anyway).
 Parameters: stats_age_s >= 0 (seconds; infinity for a replica that never reported), horizon_s > 0,
@@ -128,6 +131,7 @@ class ReservationLedger:
                     "free_state_slots": load.free_state_slots - slots * load.state_slots_per_request,
                     "num_queued": load.num_queued + count,
                     "pending_prefill_tokens": drained + prefill,
+                    "yield_budget_tokens": max(0, load.yield_budget_tokens - prefill),
                 }
             )
             out.append(replace(view, load=adjusted))

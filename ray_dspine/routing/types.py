@@ -78,7 +78,8 @@ class Decision:
     value in [0, 1]; `total_scores` the weighted sums; `scorer_latency_us` each scorer's wall time;
     `rejected[replica_id]` says which filter removed a replica, and `rejected_by[replica_id]` which
     stage (outcomes.py: "filter" or "ttft_guard"); `wait_kind` says why a request must wait
-    (outcomes.py's hold kinds: "memory", "capacity", "unhealthy").
+    (outcomes.py's hold kinds: "memory", "capacity", "unhealthy"); `pace` is the request's pacing permit
+    (pacing_permit.py), which the caller hands the replica with the request.
     """
 
     ranked_replica_ids: tuple[str, ...]
@@ -90,6 +91,7 @@ class Decision:
     reason: str = ""
     rejected_by: dict[str, str] = field(default_factory=dict)
     wait_kind: str | None = None
+    pace: bool = True
 
     @property
     def chosen(self) -> str | None:

@@ -22,11 +22,76 @@ def test_rule_paced_one_at_a_time_per_replica():
     p = pacer()
     first = p.start("a", 100_000, 0)
     assert first is not None and p.active is first
-    assert p.start("b", 100_000, 0) is None  # the second is sent whole while the first is paced
-    p.finish("b")  # finishing another request frees nothing
+    assert p.start("b", 100_000, 0) is None  # never two paced at once
+    assert p.finish("b") == []  # finishing another request frees nothing
     assert p.active is first
     p.finish("a")
     assert p.active is None and p.start("b", 100_000, 0) is not None
+
+
+def test_rule_long_needs_the_threshold_and_at_least_one_piece():
+    p = pacer()
+    assert p.is_long(50_000, 10_000)
+    assert not p.is_long(50_000, 10_001)  # 39,999 uncached
+    # 24,575 tokens leave no piece (rule `pieces`) even with a threshold of 1
+    assert not PrefillPacer(PrefillPacingConfig(min_uncached_tokens=1)).is_long(24_575, 0)
+
+
+def test_rule_left_is_the_unspent_budget_in_tokens_less_what_was_let_in():
+    # budget 5 s at 10,000 tokens/s = 50,000 tokens
+    p = pacer()
+    paced = p.start("a", 100_000, 0)
+    assert p.left_tokens() == 50_000
+    p.let_in(7_000)  # before the first piece: runs ahead of it (measuring once it is sent)
+    assert p.left_tokens() == 43_000
+    assert paced.next_piece(0.0) == 16_384
+    assert (paced.measuring_tokens, paced.queued_ahead_tokens) == (7_000, 0)
+    p.let_in(3_000)  # while the piece is out: runs before the next piece
+    assert p.left_tokens() == 40_000
+    # the piece took 2.3384 s: 1.6384 s its own, 0.7 s yielded (the 7,000 let in before it)
+    paced.piece_done(2.3384)
+    assert paced.yielded_s == pytest.approx(0.7)
+    assert paced.measuring_tokens == 0 and p.left_tokens() == 50_000 - 7_000 - 3_000
+    assert pacer().left_tokens() == 0  # nothing paced
+
+
+def test_rule_hold_long_prompts_and_requests_over_the_budget_left():
+    p = pacer()
+    assert not p.should_hold(100_000, 0)  # nothing paced: no hold
+    p.start("a", 100_000, 0)
+    assert p.should_hold(60_000, 0)  # long: waits behind the paced prompt
+    assert p.should_hold(50_001, 20_000) is False  # 30,001 uncached: under both the threshold and the 50,000 left
+    p.let_in(30_001)
+    assert p.left_tokens() == 19_999
+    assert p.should_hold(20_000, 0)  # over what is left
+    assert not p.should_hold(19_999, 0)
+    off = PrefillPacer(PrefillPacingConfig(min_uncached_tokens=40_000, hold_long_prompts=False))
+    off.start("a", 100_000, 0)
+    assert not off.should_hold(60_000, 0)
+
+
+def test_rule_hold_releases_every_held_request_in_arrival_order_when_the_paced_one_is_sent():
+    p = pacer()
+    p.start("a", 100_000, 0)
+    p.hold("b", 60_000)
+    p.hold("c", 20_000)
+    p.hold("d", 70_000)
+    p.release("c")  # withdrawn while held
+    assert p.held == ("b", "d")
+    assert p.finish("a") == ["b", "d"]
+    assert p.held == () and p.active is None
+
+
+def test_rule_yielding_is_the_unsent_part_of_the_paced_prompt_and_the_held_requests():
+    p = pacer()
+    assert p.yielding_tokens() == 0
+    paced = p.start("a", 100_000, 4_096)
+    assert p.yielding_tokens() == 100_000 - 4_096  # nothing sent yet
+    assert paced.next_piece(0.0) == 4_096 + 16_384
+    p.hold("b", 60_000)
+    assert p.yielding_tokens() == (100_000 - 20_480) + 60_000  # after the piece out, and the held one
+    paced.piece_done(2.0)
+    assert p.yielding_tokens() == (100_000 - 20_480) + 60_000
 
 
 def test_rule_pieces_start_at_the_cached_blocks_and_leave_half_a_piece_or_more_to_the_request():
@@ -72,6 +137,17 @@ def test_rule_next_is_the_request_itself_once_the_budget_is_spent_or_the_pieces_
     assert out.next_piece(0.0) == 16_384
     out.piece_done(1.7)
     assert out.next_piece(1.7) is None
+
+
+def test_rule_hit_is_what_neither_the_pieces_nor_the_request_prefilled():
+    paced = PacedPrefill("a", 50_000, cached_before=1_000, budget_s=10.0, rate=10_000.0, pieces=[16_896, 33_280])
+    paced.record(16_896, 1_000)  # the first piece prefills 15,896
+    paced.record(33_280, 30_000)  # another request had cached up to 30,000 meanwhile: 3,280 prefilled
+    paced.record(50_000, 33_280)  # the request itself: 16,720
+    # 50,000 - (15,896 + 3,280 + 16,720) = 14,104: the 1,000 cached at first and 13,104 the other prefilled
+    assert paced.hit_tokens() == 14_104
+    # the engine counted 1,000 + 30,000 + 33,280 hits; all but 14,104 are the request's own work
+    assert paced.self_hit_tokens() == 64_280 - 14_104
 
 
 def test_rule_cached_before_is_what_the_replica_held_before_the_first_piece():

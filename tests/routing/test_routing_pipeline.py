@@ -141,6 +141,19 @@ def test_rule_a_placement_still_on_its_way_counts_until_a_report_taken_after_the
     assert still.load.pending_prefill_tokens == 0
 
 
+def test_rule_placements_since_the_report_spend_a_pacing_replicas_yield_budget_first():
+    clock = FakeClock(now=10.0)
+    ledger = ReservationLedger(clock, horizon_s=60.0)
+    ledger.place(RequestView("q1", prompt_tokens=12_000), "a")
+    ledger.place(RequestView("q2", prompt_tokens=3_000), "b")
+    pacing = dict(pending_prefill_tokens=50_000, yielding_prefill_tokens=40_000, yield_budget_tokens=20_000)
+    a, b = ledger.apply([view("a", age=1.0, **pacing), view("b", age=1.0, yield_budget_tokens=2_000)])
+    # 20,000 - 12,000 left on a; the unsent part stays as reported; b: 2,000 - 3,000 floors at 0
+    assert (a.load.yield_budget_tokens, a.load.yielding_prefill_tokens) == (8_000, 40_000)
+    assert a.load.pending_prefill_tokens == 62_000
+    assert b.load.yield_budget_tokens == 0
+
+
 def test_rule_a_placement_never_confirmed_is_assumed_received_after_the_timeout():
     clock = FakeClock(now=10.0)
     ledger = ReservationLedger(clock, horizon_s=60.0, receipt_timeout_s=5.0)

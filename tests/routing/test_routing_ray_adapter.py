@@ -202,3 +202,17 @@ def test_a_request_told_to_wait_releases_its_earlier_tentative_placement():
     assert router._tentative == {} and router._policy.ledger.num_live() == 0
     assert completed == [("q1", False)]
     assert pending.routing_context.should_backoff is True
+
+
+def test_rule_the_pacing_permit_is_written_into_the_request_ray_sends():
+    import asyncio
+
+    router = bare(HeadroomRequestRouter)
+    router.initialize_state(weights={"session_affinity": 0.0, "prefix_match": 0.0})
+    # a replica pacing from 1,000 uncached tokens: the 2,000-token requests are long there. The first of
+    # a fresh pool is permitted ((1 + 1) / (1 + 200) <= 1%); the second right after is not
+    replicas = [FakeReplica("a", pacing_min_uncached_tokens=1_000)]
+    first, second = FakePending(generate_request("q1"), "i1"), FakePending(generate_request("q2"), "i2")
+    asyncio.run(router.choose_replicas(replicas, first))
+    asyncio.run(router.choose_replicas(replicas, second))
+    assert first.args[0].pace is True and second.args[0].pace is False

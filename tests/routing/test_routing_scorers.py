@@ -103,6 +103,25 @@ def test_rule_predicted_ttft_backlog_plus_uncached_over_rate():
     assert scorer.score(request, replicas) == pytest.approx([0.5, 1.0, 0.5])
 
 
+def test_rule_predicted_ttft_ahead_a_paced_prompt_lets_a_request_within_its_budget_go_first():
+    index = PrefixIndex()
+    scorer = PredictedTtftScorer(index, default_prefill_tokens_per_s=10_000.0, indifference_s=0.5)
+    # a paces a 100,000-token prompt: 84,000 of its 90,000 pending tokens are its unsent part and held
+    # requests, and it still lets 20,000 tokens ahead of it
+    pacing = dict(
+        pending_prefill_tokens=90_000, yielding_prefill_tokens=84_000, yield_budget_tokens=20_000,
+        prefill_tokens_per_s=10_000.0,
+    )  # fmt: skip
+    replicas = [view("a", **pacing), view("b", pending_prefill_tokens=30_000, prefill_tokens_per_s=10_000.0)]
+    short = RequestView("q", prompt_tokens=20_000)  # within the budget: (6,000 + 20,000) / 10,000 = 2.6 s on a
+    long = RequestView("r", prompt_tokens=20_001)  # over it: (90,000 + 20,001) / 10,000 on a
+    assert scorer.estimates_s(short, replicas) == pytest.approx([2.6, 5.0])
+    assert scorer.estimates_s(long, replicas) == pytest.approx([11.0001, 5.0001])
+    # nothing paced (yielding 0): the budget field changes nothing
+    idle = [view("c", pending_prefill_tokens=5_000, yield_budget_tokens=50_000, prefill_tokens_per_s=10_000.0)]
+    assert scorer.estimates_s(short, idle) == pytest.approx([2.5])
+
+
 def test_rule_predicted_ttft_estimates_under_the_indifference_floor_score_alike():
     index = PrefixIndex()
     index.insert(("sys0", "sys1", "sys2"), "busy")  # the shared system prompt, cached on one replica

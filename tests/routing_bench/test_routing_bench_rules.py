@@ -105,13 +105,15 @@ def test_rule_prefix_hit_ceiling_over_the_ideal_cache():
     assert format_hit_ceiling([{"prefix_hit_ceiling": None}]) is None
 
 
-def test_rule_app_differs_only_in_router_policy():
+def test_rule_app_differs_only_in_router_policy_and_the_pacing_of_ours_replicas():
     settings = RoutingBenchSettings(num_replicas=3)
     apps = {policy: bench_app_config(settings, policy) for policy in ("pow2", "cache_aware", "headroom")}
+    assert [app.pools[0].engine.prefill_pacing is not None for app in apps.values()] == [False, False, True]
     dumps = []
     for app in apps.values():
         dump = app.model_dump()
         dump["pools"][0]["deployment"]["router"]["policy"] = "same"
+        dump["pools"][0]["engine"]["prefill_pacing"] = None
         dumps.append(dump)
     assert dumps[0] == dumps[1] == dumps[2]
     deployment = apps["headroom"].pools[0].deployment

@@ -5,10 +5,15 @@ import json
 
 import pytest
 
-from ray_dspine.bench.routing_bench import register
+from ray_dspine.bench.routing_bench import register, settings_from_args
 from ray_dspine.engines.prefill_pacing import PrefillPacingConfig
 from ray_dspine.bench.routing_virtual import _Replay, _turns, replay_virtual
-from ray_dspine.bench.routing_workload import RoutingBenchSettings, ideal_hit_tokens, ttft_floors_by_request
+from ray_dspine.bench.routing_workload import (
+    RoutingBenchSettings,
+    bench_app_config,
+    ideal_hit_tokens,
+    ttft_floors_by_request,
+)
 from ray_dspine.bench.traces.loader import NAMED_TRACES, default_traces_dir
 from ray_dspine.bench.traces.model import TraceMessage, TraceRequest
 
@@ -316,18 +321,39 @@ def test_rule_pacing_lets_a_request_arriving_mid_prompt_in_between_the_pieces():
     assert baseline_ttft == pytest.approx(plain_ttft)
 
 
-def test_cli_prefill_pacing_needs_virtual_and_a_threshold(capsys):
+def test_cli_prefill_pacing_defaults_to_80000_tokens_on_ours_and_0_turns_it_off(capsys):
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers())
-    args = parser.parse_args(["routing", "--prefill-pacing-tokens", "80000"])
+    settings = settings_from_args(parser.parse_args(["routing"]))
+    assert settings.prefill_pacing.min_uncached_tokens == 80_000 and settings.prefill_pacing_routers == ["headroom"]
+    assert bench_app_config(settings, "headroom").pools[0].engine.prefill_pacing == settings.prefill_pacing
+    assert bench_app_config(settings, "cache_aware").pools[0].engine.prefill_pacing is None
+    tuned = settings_from_args(parser.parse_args(["routing", "--prefill-pacing-yield", "0.25"]))
+    assert (tuned.prefill_pacing.min_uncached_tokens, tuned.prefill_pacing.yield_fraction) == (80_000, 0.25)
+    assert settings_from_args(parser.parse_args(["routing", "--prefill-pacing-tokens", "0"])).prefill_pacing is None
+    args = parser.parse_args(["routing", "--prefill-pacing-tokens", "0", "--prefill-pacing-yield", "0.5"])
     assert args.func(args) == 2
-    assert "--prefill-pacing-tokens: paced prefill is modelled in virtual time so far; add --virtual" in (
-        capsys.readouterr().err
-    )
-    args = parser.parse_args(["routing", "--virtual", "--prefill-pacing-yield", "0.5"])
-    assert args.func(args) == 2
-    assert "--prefill-pacing-tokens: give the uncached tokens" in capsys.readouterr().err
+    assert "--prefill-pacing-tokens: 0 turns paced prefill off" in capsys.readouterr().err
     args = parser.parse_args(["routing", "--virtual", "--prefill-pacing-tokens", "80000",
                               "--prefill-pacing-piece-tokens", "1000"])  # fmt: skip
     assert args.func(args) == 2
     assert "argument --prefill-pacing-piece-tokens: " in capsys.readouterr().err
+
+
+def test_rule_figures_a_paced_request_with_a_cached_prefix_reports_that_prefix_once():
+    # r1 shares r0's first two blocks (1,024 tokens) and has 4,096 more: paced from 1,000 uncached tokens
+    # in 512-token pieces, its pieces hit those 1,024 tokens (and each other) again and again; the hit
+    # rate must count them once, as on replicas that do not pace
+    first = "a" * 4096
+    requests = [trace_request("r0", "s0", 0.0, first), trace_request("r1", "s1", 10.0, first + "b" * 16_384)]
+    plain = RoutingBenchSettings(num_replicas=1, prefill_pacing=None)
+    paced = plain.model_copy(
+        update={"prefill_pacing": PrefillPacingConfig(min_uncached_tokens=1_000, piece_tokens=512)}
+    )
+    floors = ttft_floors_by_request(requests, plain)
+    without = replay_virtual(requests, plain, "headroom", engine_seed=0, floors_sim_s=floors)
+    with_pacing = replay_virtual(requests, paced, "headroom", engine_seed=0, floors_sim_s=floors)
+    assert with_pacing.num_paced == 1 and without.num_paced == 0
+    # 1,024 of 1,027 + 5,123 prompt tokens hit: 0.1665, paced or not
+    assert without.prefix_hit_rate == pytest.approx(1_024 / (1_027 + 5_123))
+    assert with_pacing.prefix_hit_rate == pytest.approx(without.prefix_hit_rate)

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ...capacity.config import CapacityConfig
+from ..prefill_pacing import PrefillPacingConfig
 from ..protocol import SchedulePolicy
 from .kv_tiers import WritePolicy
 
@@ -81,6 +82,11 @@ class SimulatedEngineConfig(BaseModel):
         ge=0.0,
         description="GPU ms to load one token's KV from a HiCache tier (65,536 B per token at ~32 GB/s).",
     )
+    prefill_pacing: PrefillPacingConfig | None = Field(
+        default=None,
+        description="Paced prefill of long uncached prompts by the replica (engines/prefill_pacing.py); "
+        "None: off.",
+    )
     accept_ema_weight: float = Field(
         default=0.05, gt=0.0, le=1.0, description="Weight of the newest verify step in the acceptance EMA."
     )
@@ -91,6 +97,12 @@ class SimulatedEngineConfig(BaseModel):
             raise ValueError(
                 "schedule_policy 'shortest-prefill-first' works on chunked prefill: set chunked_prefill_tokens "
                 "(SGLang's --chunked-prefill-size; 8192 on an H200)"
+            )
+        pacing = self.prefill_pacing
+        if pacing is not None and pacing.prefix_block_tokens != self.prefix_block_tokens:
+            raise ValueError(
+                f"prefill_pacing.prefix_block_tokens ({pacing.prefix_block_tokens}) must equal prefix_block_tokens "
+                f"({self.prefix_block_tokens}): pieces must end on the cache's blocks"
             )
         if self.chunked_prefill_tokens is not None and self.chunked_prefill_tokens < self.page_tokens:
             raise ValueError(

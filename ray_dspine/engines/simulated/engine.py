@@ -33,6 +33,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+from ray_dspine.engines.prefill_pacing import PIECE_MARK
 from ray_dspine.engines.protocol import Chunk, EngineError, GenerateRequest, LoadSnapshot
 from ray_dspine.engines.simulated.config import SimulatedEngineConfig
 from ray_dspine.engines.simulated.core import SimReplicaCore
@@ -172,6 +173,33 @@ class SimulatedEngine:
             self._queues.pop(rid, None)
             if not finished:
                 core.cancel(rid)
+
+    # What paced prefill needs (engines/paced_engine.py `PieceEngine`).
+
+    def engine_now_s(self) -> float:
+        """Simulated GPU seconds since start."""
+        return self.sim_now_s()
+
+    def prompt_tokens(self, request: GenerateRequest) -> int:
+        return to_sim_request(request).prompt_tokens
+
+    def cached_prompt_tokens(self, request: GenerateRequest) -> int:
+        """Prompt tokens the prefix cache would give the request now (0 before start)."""
+        if self._core is None:
+            return 0
+        return self._core.cached_prompt_tokens(self.prompt_tokens(request), request.prefix_hashes)
+
+    def piece_request(self, request: GenerateRequest, prefix_tokens: int) -> GenerateRequest:
+        """The request's first `prefix_tokens` prompt tokens (whole blocks), one output token."""
+        blocks = prefix_tokens // self.config.prefix_block_tokens
+        return request.model_copy(
+            update={
+                "request_id": f"{request.request_id}{PIECE_MARK}{prefix_tokens}",
+                "estimated_prompt_tokens": prefix_tokens,
+                "prefix_hashes": list(request.prefix_hashes[:blocks]),
+                "max_tokens": 1,
+            }
+        )
 
     def load(self) -> LoadSnapshot:
         if self._core is None:

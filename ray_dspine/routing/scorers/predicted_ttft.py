@@ -2,7 +2,11 @@
 
     mu(r)          = prefill_tokens_per_s(r) when the replica reports it, else default_prefill_tokens_per_s
     uncached(q, r) = prompt_tokens(q) * (1 - depth(q, r) / n(q))      (n(q) = 0 -> prompt_tokens(q))
-    est(q, r)      = (pending_prefill_tokens(r) + uncached(q, r)) / mu(r)      seconds
+    ahead(q, r)    = pending_prefill_tokens(r) - yielding_prefill_tokens(r)   if uncached(q, r) <= yield_budget_tokens(r)
+                   = pending_prefill_tokens(r)                                 otherwise
+                   (a replica pacing a long prompt lets a request within what is left of that prompt's
+                   budget go ahead of its unsent part; engines/prefill_pacing.py)
+    est(q, r)      = (ahead(q, r) + uncached(q, r)) / mu(r)      seconds
     score(q, r)    = max(min_r' est(q, r'), s) / max(est(q, r), s)       in (0, 1]; s = indifference_s
 
 `pending_prefill_tokens` is the replica's reported prefill backlog, drained at its rate for the age of
@@ -38,6 +42,14 @@ def cached_tokens(request: RequestView, depth: int) -> int:
     return request.prompt_tokens - uncached_tokens(request, depth)
 
 
+def backlog_ahead_tokens(view: ReplicaView, uncached: int) -> int:
+    """Rule `ahead`: the prefill backlog a request with `uncached` tokens to prefill would wait behind."""
+    load = view.load
+    if load.yielding_prefill_tokens and uncached <= load.yield_budget_tokens:
+        return max(0, load.pending_prefill_tokens - load.yielding_prefill_tokens)
+    return load.pending_prefill_tokens
+
+
 def prefill_rate(view: ReplicaView, default_tokens_per_s: float) -> float:
     rate = view.load.prefill_tokens_per_s
     return rate if rate > 0.0 else default_tokens_per_s
@@ -50,7 +62,8 @@ def predicted_ttft_s(
     depths = index.depths(request.prefix_hashes) if request.prefix_hashes else {}
     out: list[float] = []
     for view in replicas:
-        work = view.load.pending_prefill_tokens + uncached_tokens(request, depths.get(view.replica_id, 0))
+        uncached = uncached_tokens(request, depths.get(view.replica_id, 0))
+        work = backlog_ahead_tokens(view, uncached) + uncached
         out.append(work / prefill_rate(view, default_tokens_per_s))
     return out
 
