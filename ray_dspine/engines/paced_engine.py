@@ -149,13 +149,15 @@ class PacedEngine:
     async def _send_piece(self, request: GenerateRequest, prefix_tokens: int, paced: PacedPrefill) -> bool:
         """Rule `paced`: one piece to its end; False when it failed (pace no further)."""
         stream = self.engine.generate(self.engine.piece_request(request, prefix_tokens))
-        self.num_pieces += 1
         try:
             async for chunk in stream:
                 if chunk.finish_reason is not None:
+                    if chunk.error is not None or chunk.finish_reason == "abort":
+                        return False
+                    self.num_pieces += 1  # finished: the engine's counters count it
                     if chunk.usage is not None:
                         paced.record(chunk.usage.prompt_tokens, chunk.usage.cached_prompt_tokens)
-                    return chunk.error is None and chunk.finish_reason != "abort"
+                    return True
         except EngineError:
             return False
         finally:

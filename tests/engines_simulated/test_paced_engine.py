@@ -253,3 +253,30 @@ def test_rule_arrive_a_long_prompt_without_the_routers_permit_is_sent_whole():
         await engine.stop()
 
     asyncio.run(main())
+
+
+def test_rule_paced_a_failing_piece_ends_the_pacing_and_the_request_is_sent_whole():
+    class RefusedPieces(SimulatedEngine):
+        def piece_request(self, request, prefix_tokens):
+            # a prefix the engine refuses at once (more tokens than its KV pool holds)
+            return super().piece_request(request, prefix_tokens).model_copy(update={"estimated_prompt_tokens": 10**9})
+
+    async def main():
+        clock = StepClock()
+        config = SimulatedEngineConfig(
+            drafter="none", total_kv_tokens=200_000, num_state_slots=16, prefix_block_tokens=BLOCK, time_scale=1.0
+        )
+        inner = RefusedPieces(config, clock=clock, sleep=clock.sleep, profile=profile())
+        engine = PacedEngine(inner, PrefillPacingConfig(min_uncached_tokens=4_096, piece_tokens=2_048))
+        await engine.start()
+        long = Client(engine, clock, request("long", 8_192))
+        await clock.run_for(2.0)
+        await long.task
+        assert long.usage is not None and long.usage.prompt_tokens == 8_192 and long.usage.cached_prompt_tokens == 0
+        pacing = engine.describe()["pacing"]
+        assert (pacing["num_paced"], pacing["num_pieces"]) == (1, 0) and engine.pacer.active is None
+        # prefilled whole from 0 s: 0.8192 s, then one decode step
+        assert long.first_s == pytest.approx(0.83, abs=0.01)
+        await engine.stop()
+
+    asyncio.run(main())
