@@ -83,7 +83,6 @@ from .routing_tail import ServedRequest, SlowRequest, slowest_requests
 from .routing_workload import BENCH_MODEL, RoutingBenchSettings, bench_app_config, bench_prefill_seconds, ingress_view
 from .traces.model import TraceRequest
 
-
 # Simulated seconds between offers of a request the router made wait (Ray backs off 25 ms to 0.5 s).
 RETRY_S = 0.05
 
@@ -259,17 +258,14 @@ class _Replay:
             self.send_whole(turn, k)
             return
         cached = self.cores[k].cached_prompt_tokens(turn.prompt_tokens, turn.prefix_hashes)
-        if pacer.should_hold(turn.prompt_tokens, cached):
-            pacer.hold(str(turn.index), turn.prompt_tokens - cached)
+        arrival = pacer.arrive(str(turn.index), turn.prompt_tokens, cached, turn.index not in self.unpermitted)
+        if arrival == "held":
             self.held_turns[turn.index] = turn
-            return
-        paced = None if turn.index in self.unpermitted else pacer.start(str(turn.index), turn.prompt_tokens, cached)
-        if paced is not None:
-            self.paced[turn.index] = paced
+        elif arrival == "paced":
+            self.paced[turn.index] = pacer.active
             self.send_next(turn, k)
-            return
-        pacer.let_in(turn.prompt_tokens - cached)
-        self.send_whole(turn, k)
+        else:
+            self.send_whole(turn, k)
 
     def send_whole(self, turn: _Turn, k: int) -> None:
         sim_request = SimRequest(str(turn.index), turn.prompt_tokens, turn.max_tokens, turn.prefix_hashes, turn.session_id)

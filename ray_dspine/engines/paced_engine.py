@@ -7,10 +7,10 @@ into prefixes, which its engine does not do yet).
 
 Rules, for a request q reaching this replica (times in the engine's own seconds, `engine_now_s`, so
 that the budget is in GPU seconds, as the pacer's rate is):
-  arrive(q)     c = engine.cached_prompt_tokens(q). pacer.should_hold -> q waits here until the paced
-                prompt is sent whole, then arrives again. Else pacer.start -> q is paced. Else
-                pacer.let_in(uncached) and q is sent whole. A request without the router's permit
-                (`pace` False, routing/pacing_permit.py) is never paced: sent whole, or held if long.
+  arrive(q)     c = engine.cached_prompt_tokens(q); pacer.arrive(q, c, permitted = q.pace): "held" -> q
+                waits here until the paced prompt is sent whole, then arrives again; "paced" -> q is
+                paced; "whole" -> q is sent as it is. A request without the router's permit (`pace`
+                False, routing/pacing_permit.py) is never paced: sent whole, or held if long.
   paced(q)      each piece b the pacer gives: engine.piece_request(q, b) (max_tokens 1) streamed to its
                 end and discarded, then piece_done. A piece that fails (an error chunk, an EngineError)
                 ends the pacing early: q is sent whole. When the pacer says so, pacer.finish(q) releases
@@ -105,9 +105,9 @@ class PacedEngine:
         prompt = self.engine.prompt_tokens(request)
         while True:  # rule `arrive`; a released request arrives again
             cached = self.engine.cached_prompt_tokens(request)
-            if not self.pacer.should_hold(prompt, cached):
+            arrival = self.pacer.arrive(rid, prompt, cached, permitted=request.pace)
+            if arrival != "held":
                 break
-            self.pacer.hold(rid, prompt - cached)
             self.num_held += 1
             released = self._released[rid] = asyncio.Event()
             try:
@@ -115,14 +115,13 @@ class PacedEngine:
             finally:
                 self._released.pop(rid, None)
                 self.pacer.release(rid)
-        paced = self.pacer.start(rid, prompt, cached) if request.pace else None
-        if paced is None:
+        if arrival == "whole":
             if not request.pace and self.pacer.is_long(prompt, cached):
                 self.num_unpermitted += 1
-            self.pacer.let_in(prompt - cached)
             async for chunk in self._whole(request):
                 yield chunk
             return
+        paced = self.pacer.active
         self.num_paced += 1
         try:
             while (prefix := paced.next_piece(self.engine.engine_now_s())) is not None:

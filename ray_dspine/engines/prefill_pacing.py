@@ -39,6 +39,8 @@ Rules (B = prefix_block_tokens; C = piece_tokens, a multiple of B; times in seco
                    delay stays within its budget but for the piece that spends it, and a medium prompt
                    never jumps in between p's pieces to spend the whole budget, and more, in one go.
                    Without hold_long_prompts, every request other than p is let in.
+  arrive(q)      = "held" by rule `hold`; else "paced" by rule `paced` when the router permits it
+                   (routing/pacing_permit.py); else "whole": q is let in, sent as it is
   yielding       = the paced prompt's tokens after the piece out, plus the held requests' uncached tokens:
                    the replica's prefill backlog that a request within left(p) goes ahead of (reported
                    with left(p), so that a router can tell the two kinds of newcomer apart)
@@ -54,12 +56,14 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 # A paced prompt's piece is sent as request "<request id>/piece/<prefix tokens>".
 PIECE_MARK = "/piece/"
+Arrival = Literal["held", "paced", "whole"]  # what PrefillPacer.arrive did with a request
 
 
 class PrefillPacingConfig(BaseModel):
@@ -232,13 +236,27 @@ class PrefillPacer:
         """Rule `left` of the paced prompt; 0 when nothing is paced."""
         return 0 if self._active is None else self._active.left_tokens()
 
+    def arrive(self, request_id: str, prompt_tokens: int, cached_tokens: int, permitted: bool = True) -> Arrival:
+        """A request reaching the replica: "held" (rule `hold`; it was put on the held list), "paced"
+        (rule `paced`; `active` is its PacedPrefill) or "whole" (let in: send it now, as it is). A request
+        without the router's permit is never paced."""
+        if self.should_hold(prompt_tokens, cached_tokens):
+            self.hold(request_id, prompt_tokens - cached_tokens)
+            return "held"
+        if permitted and self.start(request_id, prompt_tokens, cached_tokens) is not None:
+            return "paced"
+        self.let_in(prompt_tokens - cached_tokens)
+        return "whole"
+
     def start(self, request_id: str, prompt_tokens: int, cached_tokens: int) -> PacedPrefill | None:
         """A PacedPrefill when the request is to be paced, else None (send it whole)."""
         cfg = self.config
         uncached = prompt_tokens - cached_tokens
-        if self._active is not None or not self.is_long(prompt_tokens, cached_tokens):
+        if self._active is not None or uncached < cfg.min_uncached_tokens:
             return None
         pieces = plan_pieces(prompt_tokens, cached_tokens, cfg.piece_tokens, cfg.prefix_block_tokens)
+        if not pieces:  # rule `long`: no piece, not long
+            return None
         budget_s = cfg.yield_fraction * uncached / cfg.prefill_tokens_per_s
         self._active = PacedPrefill(request_id, prompt_tokens, cached_tokens, budget_s, cfg.prefill_tokens_per_s, pieces)
         return self._active

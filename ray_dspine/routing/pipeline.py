@@ -87,13 +87,14 @@ class RoutingPipeline:
         cfg = self._config
         self._size_prefix_index(replicas)
         views = self.ledger.apply(replicas)
+        cached = self._cached_tokens(request)
         result = filter_replicas(
             request,
             views,
             stale_after_s=cfg.stale_after_s,
             stale_headroom_fraction=cfg.stale_headroom_fraction,
             drop_after_s=cfg.drop_after_s,
-            cached_tokens=self._cached_tokens(request),
+            cached_tokens=cached,
         )
         fallback = [v.replica_id for v in sorted(result.unreported, key=lambda v: (v.num_requests, v.replica_id))]
         filtered = dict.fromkeys(result.rejected, STAGE_FILTER)
@@ -146,16 +147,14 @@ class RoutingPipeline:
             rejected=rejected,
             reason="scored",
             rejected_by=rejected_by,
-            pace=self._pacing_permit(request, next((v for v in views if v.replica_id == ranked[0]), None)),
+            pace=self._pacing_permit(request, next((v for v in views if v.replica_id == ranked[0]), None), cached),
         )
 
-    def _pacing_permit(self, request: RequestView, chosen: ReplicaView | None) -> bool:
-        """pacing_permit.py: whether the chosen replica may pace the request, if it is long there."""
+    def _pacing_permit(self, request: RequestView, chosen: ReplicaView | None, cached: dict[str, int]) -> bool:
+        """pacing_permit.py: whether the chosen replica may pace the request, if it is long there
+        (`cached`: the filters' cached(q, r), so uncached = the prompt less it, as predicted_ttft.py has it)."""
         threshold = chosen.load.pacing_min_uncached_tokens if chosen is not None else 0
-        depth = 0
-        if threshold and request.prefix_hashes:
-            depth = self.prefix_index.depths(request.prefix_hashes).get(chosen.replica_id, 0)
-        long = threshold > 0 and uncached_tokens(request, depth) >= threshold
+        long = threshold > 0 and request.prompt_tokens - cached.get(chosen.replica_id, 0) >= threshold
         return self.permits.judge(request.request_id, long)
 
     def on_placed(self, request: RequestView, replica_id: str, received: bool = True) -> None:

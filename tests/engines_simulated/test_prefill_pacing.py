@@ -159,3 +159,13 @@ def test_piece_done_without_a_piece_out_is_an_error():
     paced = PacedPrefill("a", 60_000, cached_before=0, budget_s=1.0, rate=10_000.0, pieces=[16_384])
     with pytest.raises(RuntimeError, match="without a piece out"):
         paced.piece_done(1.0)
+
+
+def test_rule_arrive_holds_paces_or_lets_in_and_never_paces_without_a_permit():
+    p = pacer()
+    assert p.arrive("a", 100_000, 0, permitted=False) == "whole" and p.active is None  # long, no permit
+    assert p.arrive("b", 100_000, 0) == "paced" and p.active.request_id == "b"
+    assert p.arrive("c", 60_000, 0) == "held" and p.held == ("c",)  # long while b is paced
+    assert p.arrive("d", 10_000, 0) == "whole"  # within b's 50,000-token budget: let in, spends it
+    assert p.left_tokens() == 40_000
+    assert p.arrive("e", 40_001, 0, permitted=False) == "held"  # over what is left, permit or not
