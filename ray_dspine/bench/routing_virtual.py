@@ -34,9 +34,9 @@ Rules (simulated seconds throughout):
              one is sent whole) and what it lets in (prefill_pacing.py rule `hold`). A request the
              router gave no permit (Decision.pace False, routing/pacing_permit.py) is never paced. Each
              report adds the pacer's yielding tokens to the core's backlog (the core sees only the piece
-             out) and carries yield_budget_tokens and pacing_min_uncached_tokens, as the replica's
-             PacedEngine reports them. Its TTFT counts from its arrival to the first token of the
-             request itself.
+             out) and carries yield_budget_tokens, pacing_min_uncached_tokens and pacing_yield_fraction,
+             as the replica's PacedEngine reports them. Its TTFT counts from its arrival to the first
+             token of the request itself.
   router     RouterConfig(policy, stale_after_s and assumed_stats_age_s in simulated seconds); its
              GPU-second defaults (ttft_tolerance_s, ttft_tolerance_cached_max_s, memory_wait_tolerance_s,
              latency_slack_s, ttft_indifference_s) apply as they are, since the cores report
@@ -204,8 +204,9 @@ class _Replay:
             # the replica's (rule `yielding` of engines/prefill_pacing.py).
             yielding = self.pacers[k].yielding_tokens()
             load.yielding_prefill_tokens = yielding
-            load.yield_budget_tokens = self.pacers[k].left_tokens()
+            load.yield_budget_tokens = self.pacers[k].left_tokens(self.now)
             load.pacing_min_uncached_tokens = self.pacers[k].config.min_uncached_tokens
+            load.pacing_yield_fraction = self.pacers[k].config.yield_fraction
             if self.backlog_source == "engine":
                 load.pending_prefill_tokens += yielding
         if self.backlog_source == "engine":
@@ -258,7 +259,9 @@ class _Replay:
             self.send_whole(turn, k)
             return
         cached = self.cores[k].cached_prompt_tokens(turn.prompt_tokens, turn.prefix_hashes)
-        arrival = pacer.arrive(str(turn.index), turn.prompt_tokens, cached, turn.index not in self.unpermitted)
+        arrival = pacer.arrive(
+            str(turn.index), turn.prompt_tokens, cached, turn.index not in self.unpermitted, now_s=self.now
+        )
         if arrival == "held":
             self.held_turns[turn.index] = turn
         elif arrival == "paced":

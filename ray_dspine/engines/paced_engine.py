@@ -7,10 +7,11 @@ into prefixes, which its engine does not do yet).
 
 Rules, for a request q reaching this replica (times in the engine's own seconds, `engine_now_s`, so
 that the budget is in GPU seconds, as the pacer's rate is):
-  arrive(q)     c = engine.cached_prompt_tokens(q); pacer.arrive(q, c, permitted = q.pace): "held" -> q
-                waits here until the paced prompt is sent whole, then arrives again; "paced" -> q is
-                paced; "whole" -> q is sent as it is. A request without the router's permit (`pace`
-                False, routing/pacing_permit.py) is never paced: sent whole, or held if long.
+  arrive(q)     c = engine.cached_prompt_tokens(q);
+                pacer.arrive(q, c, permitted = q.pace, now = engine_now_s): "held" -> q waits here until
+                the paced prompt is sent whole, then arrives again; "paced" -> q is paced; "whole" -> q
+                is sent as it is. A request without the router's permit (`pace` False,
+                routing/pacing_permit.py) is never paced: sent whole, or held if long.
   paced(q)      each piece b the pacer gives: engine.piece_request(q, b) (max_tokens 1) streamed to its
                 end and discarded, then piece_done. A piece that fails (an error chunk, an EngineError)
                 ends the pacing early: q is sent whole. When the pacer says so, pacer.finish(q) releases
@@ -21,8 +22,9 @@ that the budget is in GPU seconds, as the pacer's rate is):
                 cancelled with its stream.
   load()        the engine's snapshot with the pacer's backlog added (rule `yielding`): the engine sees
                 only the piece out, so pending_prefill_tokens += yielding_prefill_tokens,
-                yield_budget_tokens = what is left of the paced prompt's budget, and
-                pacing_min_uncached_tokens = the pacer's threshold (for the router's permits).
+                yield_budget_tokens = what is left of the paced prompt's budget now (rule `left`), and
+                pacing_min_uncached_tokens and pacing_yield_fraction = the pacer's threshold and
+                share (for the router's permits and its ledger's view of a prompt placed to be paced).
   counters      describe()'s counters less the pieces: num_prefix_hit_tokens less self_hit_tokens (the
                 engine's hits for paced requests and their pieces beyond each request's hit(q): the
                 tokens its pieces prefilled, counted again as hits by the next piece and by q),
@@ -77,8 +79,9 @@ class PacedEngine:
         yielding = self.pacer.yielding_tokens()
         snapshot.pending_prefill_tokens += yielding
         snapshot.yielding_prefill_tokens = yielding
-        snapshot.yield_budget_tokens = self.pacer.left_tokens()
+        snapshot.yield_budget_tokens = self.pacer.left_tokens(self.engine.engine_now_s())
         snapshot.pacing_min_uncached_tokens = self.pacer.config.min_uncached_tokens
+        snapshot.pacing_yield_fraction = self.pacer.config.yield_fraction
         return snapshot
 
     def describe(self) -> dict:
@@ -105,7 +108,8 @@ class PacedEngine:
         prompt = self.engine.prompt_tokens(request)
         while True:  # rule `arrive`; a released request arrives again
             cached = self.engine.cached_prompt_tokens(request)
-            arrival = self.pacer.arrive(rid, prompt, cached, permitted=request.pace)
+            now_s = self.engine.engine_now_s()
+            arrival = self.pacer.arrive(rid, prompt, cached, permitted=request.pace, now_s=now_s)
             if arrival != "held":
                 break
             self.num_held += 1

@@ -27,11 +27,16 @@ Rules (B = prefix_block_tokens; C = piece_tokens, a multiple of B; times in seco
                    engine reports each: the prefix hit q reports, i.e. what neither its pieces nor q
                    prefilled (what was cached when it arrived, and what another request prefilled while
                    it was paced); the hits its pieces give each other and q are its own work, not hits
-  left(q)        = budget_s(q) * rate - yielded_s * rate - measuring - queued_ahead      tokens
+  left(q, now)   = budget_s(q) * rate - yielded_s * rate - max(waited, measuring) - queued_ahead   tokens
                    (the budget still unspent, in tokens of others' prefill: queued_ahead = uncached tokens
                    of requests let in since the piece out was sent, which will run before the next piece;
-                   measuring = those let in before it was sent, which its own time will count)
-  hold(q)        = with hold_long_prompts, while a prompt p is paced: long(q), or uncached(q) > left(p).
+                   measuring = those let in before it was sent, which its own time will count;
+                   waited = rate * max(0, (now - s_j) - (b_j - b_{j-1}) / rate), what the piece out has
+                   already taken beyond its own prefill, which piece_done will count: without it, a piece
+                   held up for seconds behind the replica's earlier backlog left the budget looking whole
+                   until it finished, and a request let in by the router's reading of it was held instead,
+                   for the rest of the paced prompt; no now: waited = 0)
+  hold(q)        = with hold_long_prompts, while a prompt p is paced: long(q), or uncached(q) > left(p, now).
                    q waits at the replica, behind earlier held requests, until p is sent whole; then the
                    held requests are started again in arrival order (the first long one paced, the rest
                    let in or held again against its budget). Any other request is let in (sent whole
@@ -159,10 +164,14 @@ class PacedPrefill:
         """The engine's hits for this request and its pieces that are its own work (engine hits - `hit`)."""
         return max(0, self.engine_hit_tokens - self.hit_tokens())
 
-    def left_tokens(self) -> int:
-        """Rule `left`: the budget still unspent, in tokens of others' prefill (never negative)."""
-        left = (self.budget_s - self.yielded_s) * self.rate - self.measuring_tokens - self.queued_ahead_tokens
-        return max(0, int(left))
+    def left_tokens(self, now_s: float | None = None) -> int:
+        """Rule `left`: the budget still unspent at `now_s`, in tokens of others' prefill (never negative)."""
+        waited = 0.0
+        if now_s is not None and self.sent_s is not None:
+            own_s = (self.sent_tokens - self.done_tokens) / self.rate
+            waited = max(0.0, (now_s - self.sent_s) - own_s) * self.rate
+        ahead = max(waited, self.measuring_tokens) + self.queued_ahead_tokens
+        return max(0, int((self.budget_s - self.yielded_s) * self.rate - ahead))
 
     def let_in(self, uncached_tokens: int) -> None:
         """A request sent ahead of this prompt's next piece (rule `hold`)."""
@@ -206,13 +215,13 @@ class PrefillPacer:
             return False
         return bool(plan_pieces(prompt_tokens, cached_tokens, cfg.piece_tokens, cfg.prefix_block_tokens))
 
-    def should_hold(self, prompt_tokens: int, cached_tokens: int) -> bool:
+    def should_hold(self, prompt_tokens: int, cached_tokens: int, now_s: float | None = None) -> bool:
         """Rule `hold`: the request is to wait (call `hold`) until the paced prompt is sent whole."""
         if not self.config.hold_long_prompts or self._active is None:
             return False
         if self.is_long(prompt_tokens, cached_tokens):
             return True
-        return prompt_tokens - cached_tokens > self._active.left_tokens()
+        return prompt_tokens - cached_tokens > self._active.left_tokens(now_s)
 
     def hold(self, request_id: str, uncached_tokens: int) -> None:
         self._held.append((request_id, max(0, uncached_tokens)))
@@ -232,15 +241,22 @@ class PrefillPacer:
             return 0
         return self._active.unsent_tokens() + sum(tokens for _, tokens in self._held)
 
-    def left_tokens(self) -> int:
-        """Rule `left` of the paced prompt; 0 when nothing is paced."""
-        return 0 if self._active is None else self._active.left_tokens()
+    def left_tokens(self, now_s: float | None = None) -> int:
+        """Rule `left` of the paced prompt at `now_s`; 0 when nothing is paced."""
+        return 0 if self._active is None else self._active.left_tokens(now_s)
 
-    def arrive(self, request_id: str, prompt_tokens: int, cached_tokens: int, permitted: bool = True) -> Arrival:
-        """A request reaching the replica: "held" (rule `hold`; it was put on the held list), "paced"
-        (rule `paced`; `active` is its PacedPrefill) or "whole" (let in: send it now, as it is). A request
-        without the router's permit is never paced."""
-        if self.should_hold(prompt_tokens, cached_tokens):
+    def arrive(
+        self,
+        request_id: str,
+        prompt_tokens: int,
+        cached_tokens: int,
+        permitted: bool = True,
+        now_s: float | None = None,
+    ) -> Arrival:
+        """A request reaching the replica at `now_s`: "held" (rule `hold`; it was put on the held list),
+        "paced" (rule `paced`; `active` is its PacedPrefill) or "whole" (let in: send it now, as it is). A
+        request without the router's permit is never paced."""
+        if self.should_hold(prompt_tokens, cached_tokens, now_s):
             self.hold(request_id, prompt_tokens - cached_tokens)
             return "held"
         if permitted and self.start(request_id, prompt_tokens, cached_tokens) is not None:

@@ -158,6 +158,12 @@ class LoadSnapshot(BaseModel):
         description="Uncached prompt tokens of others' prefill the paced prompt still lets ahead of it; a larger "
         "newcomer waits behind it.",
     )
+    pacing_yield_fraction: float = Field(
+        default=0.0,
+        ge=0.0,
+        description="A prompt the replica starts pacing lets this share of its own uncached tokens of others' "
+        "prefill go ahead of it (its first yield_budget_tokens); 0 when it does not pace.",
+    )
     prefill_tokens_per_s: float = Field(
         default=0.0,
         ge=0.0,

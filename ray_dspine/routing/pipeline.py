@@ -21,8 +21,9 @@
 The filters' cached(q, r) is the prompt less uncached_tokens(q, depth(q, r)) of the prefix index (the
 TTFT scorer's estimate): a replica that caches most of a long prompt needs KV only for the rest.
 
-`on_placed(q, r)` records r in the ledger (with q's uncached prompt tokens on r, predicted_ttft.py; not
-yet received when the caller says so, until `on_received(q)`: reservations.py),
+`on_placed(q, r)` records r in the ledger (with q's uncached prompt tokens on r, predicted_ttft.py, and
+the pacing permit its last decision gave it, True when none did; not yet received when the caller says
+so, until `on_received(q)`: reservations.py),
 the prefix index (all of q's blocks) and the session table; `on_completed(q)` releases the ledger
 entry and, when q was served, inserts q's blocks into the index for r again, most recently used: an
 engine pins a running request's blocks and hands them to its LRU only when the request ends, so a
@@ -76,6 +77,7 @@ class RoutingPipeline:
         self._memory_wait: MemoryWait | None = None
         self._cache_generations: dict[str, int] = {}
         self._in_flight: OrderedDict[str, tuple[str, tuple[str, ...], int]] = OrderedDict()
+        self._pace_permits: OrderedDict[str, bool] = OrderedDict()  # request id -> Decision.pace, until placed
         self.permits = PacingPermits(
             config.pacing_max_long_share,
             config.pacing_window_requests,
@@ -139,6 +141,11 @@ class RoutingPipeline:
             name: {view.replica_id: value for view, value in zip(candidates, values)}
             for name, values in scores.items()
         }
+        pace = self._pacing_permit(request, next((v for v in views if v.replica_id == ranked[0]), None), cached)
+        self._pace_permits[request.request_id] = pace
+        self._pace_permits.move_to_end(request.request_id)
+        while len(self._pace_permits) > self._config.session_table_capacity:  # requests never placed
+            self._pace_permits.popitem(last=False)
         return Decision(
             tuple(ranked),
             scores=per_replica,
@@ -147,7 +154,7 @@ class RoutingPipeline:
             rejected=rejected,
             reason="scored",
             rejected_by=rejected_by,
-            pace=self._pacing_permit(request, next((v for v in views if v.replica_id == ranked[0]), None), cached),
+            pace=pace,
         )
 
     def _pacing_permit(self, request: RequestView, chosen: ReplicaView | None, cached: dict[str, int]) -> bool:
@@ -159,7 +166,13 @@ class RoutingPipeline:
 
     def on_placed(self, request: RequestView, replica_id: str, received: bool = True) -> None:
         depth = self.prefix_index.depths(request.prefix_hashes).get(replica_id, 0) if request.prefix_hashes else 0
-        self.ledger.place(request, replica_id, prefill_tokens=uncached_tokens(request, depth), received=received)
+        self.ledger.place(
+            request,
+            replica_id,
+            prefill_tokens=uncached_tokens(request, depth),
+            received=received,
+            pace_permitted=self._pace_permits.pop(request.request_id, True),
+        )
         self.prefix_index.insert(request.prefix_hashes, replica_id)
         self.sessions.record(request.session_id, replica_id)
         self._in_flight.pop(request.request_id, None)

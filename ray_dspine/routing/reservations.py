@@ -23,9 +23,32 @@ all see the same free KV. The ledger subtracts what this router placed since the
                        report ages; no drain when the rate is 0 (unknown) or the age is infinite;
                        p.prefill_tokens: the uncached prompt tokens estimated when p was placed,
                        the whole prompt when the caller gave no estimate)
-    yield_budget_tokens'(r) = max(0, yield_budget_tokens(r) - sum_{p in pending} p.prefill_tokens)
-                      (a replica pacing a long prompt lets only so much prefill ahead of it, and this
-                       router's placements since the report spend that first; predicted_ttft.py `ahead`)
+    long(p, r)      = pacing_min_uncached_tokens(r) > 0
+                      and p.prefill_tokens >= pacing_min_uncached_tokens(r)
+    paced(p, r)     = long(p, r) and p was placed with the router's pacing permit (Decision.pace)
+    yielding_prefill_tokens'(r), yield_budget_tokens'(r): walk pending(r) in placement order from
+                      pacing = yielding_prefill_tokens(r) > 0, yielding = yielding_prefill_tokens(r),
+                      budget = max(0, yield_budget_tokens(r) - prefill_tokens_per_s(r) * stats_age_s(r))
+                      (drained as the backlog is: a piece waiting behind others' prefill spends the budget
+                       at that pace, engines/prefill_pacing.py rule `left`; a turn of 4,804 uncached tokens
+                       sent on a report 0.8 s old that showed 11,550 left arrived to find 4,644 and was held
+                       12.9 s for the rest of the paced prompt):
+                        paced(p, r) and not pacing:  pacing = True; yielding += p.prefill_tokens;
+                                                     budget = floor(pacing_yield_fraction(r) * p.prefill_tokens)
+                                                     (the replica starts pacing p)
+                        pacing and (long(p, r) or p.prefill_tokens > budget):
+                                                     yielding += p.prefill_tokens   (held behind the paced one)
+                        otherwise:                   budget = max(0, budget - p.prefill_tokens)
+                                                     (let in ahead of the paced prompt's pieces: it spends
+                                                      the budget first)
+                      as engines/prefill_pacing.py rules `paced` and `hold` have it (replicas that hold, their
+                      default), so that predicted_ttft.py `ahead` sees a prompt this router has just placed to
+                      be paced as the replica will treat it. Counting it as plain backlog, as an earlier
+                      version did, moved a conversation's next turn away from the replica caching it: through
+                      Ray, a turn of 21,401 tokens with 20,992 cached at home, sent just after a 115,124-token
+                      prompt was placed there to be paced, was predicted 5.76 s of TTFT at home and re-prefilled
+                      elsewhere (0.41 points of the replay's prefix-hit rate), though the replica would have let
+                      it in between two pieces.
 
 Placements older than `horizon_s` are forgotten (a report that old is dropped by the filters anyway).
 Parameters: stats_age_s >= 0 (seconds; infinity for a replica that never reported), horizon_s > 0,
@@ -40,6 +63,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
+from ray_dspine.engines.protocol import LoadSnapshot
 from ray_dspine.routing.types import ReplicaView, RequestView
 
 
@@ -50,6 +74,7 @@ class _Placement:
     num_state_slots: int
     prefill_tokens: int
     received_at_s: float | None  # None: the replica has not confirmed it yet
+    pace_permitted: bool  # placed with the router's pacing permit (rule `paced`)
 
 
 def drained_backlog(pending_tokens: int, tokens_per_s: float, age_s: float) -> int:
@@ -57,6 +82,25 @@ def drained_backlog(pending_tokens: int, tokens_per_s: float, age_s: float) -> i
     if tokens_per_s <= 0.0 or math.isinf(age_s) or age_s <= 0.0:
         return pending_tokens
     return max(0, pending_tokens - int(tokens_per_s * age_s))
+
+
+def _pacing_after(load: LoadSnapshot, budget: int, pending: Sequence[_Placement]) -> tuple[int, int]:
+    """Rules `long`, `paced`, yielding_prefill_tokens' and yield_budget_tokens' from the drained budget:
+    (yielding, budget)."""
+    threshold = load.pacing_min_uncached_tokens
+    yielding = load.yielding_prefill_tokens
+    pacing = yielding > 0
+    for entry in pending:
+        long = threshold > 0 and entry.prefill_tokens >= threshold
+        if long and entry.pace_permitted and not pacing:
+            pacing = True
+            yielding += entry.prefill_tokens
+            budget = math.floor(load.pacing_yield_fraction * entry.prefill_tokens)
+        elif pacing and (long or entry.prefill_tokens > budget):
+            yielding += entry.prefill_tokens
+        else:
+            budget = max(0, budget - entry.prefill_tokens)
+    return yielding, budget
 
 
 class ReservationLedger:
@@ -72,13 +116,21 @@ class ReservationLedger:
         self._replica_of: dict[str, str] = {}
 
     def place(
-        self, request: RequestView, replica_id: str, prefill_tokens: int | None = None, received: bool = True
+        self,
+        request: RequestView,
+        replica_id: str,
+        prefill_tokens: int | None = None,
+        received: bool = True,
+        pace_permitted: bool = False,
     ) -> None:
-        """Record a placement; `received=False` when the request is still on its way (see `received`)."""
+        """Record a placement; `received=False` when the request is still on its way (see `received`);
+        `pace_permitted` when the router let the replica pace it (rule `paced`)."""
         self.complete(request.request_id)
         prefill = request.prompt_tokens if prefill_tokens is None else prefill_tokens
         now = self._clock()
-        entry = _Placement(now, request.needed_kv_tokens, request.num_state_slots, prefill, now if received else None)
+        entry = _Placement(
+            now, request.needed_kv_tokens, request.num_state_slots, prefill, now if received else None, pace_permitted
+        )
         self._by_replica.setdefault(replica_id, OrderedDict())[request.request_id] = entry
         self._replica_of[request.request_id] = replica_id
 
@@ -113,25 +165,30 @@ class ReservationLedger:
         for view in replicas:
             load = view.load
             drained = drained_backlog(load.pending_prefill_tokens, load.prefill_tokens_per_s, view.stats_age_s)
-            kv = slots = count = prefill = 0
+            kv = slots = prefill = 0
             since = now - view.stats_age_s
-            for entry in self._by_replica.get(view.replica_id, {}).values():
-                if self._seen_at(entry) < since:
-                    continue  # the report already shows it
+            pending = [
+                entry
+                for entry in self._by_replica.get(view.replica_id, {}).values()
+                if self._seen_at(entry) >= since  # else the report already shows it
+            ]
+            for entry in pending:
                 kv += entry.needed_kv_tokens
                 slots += entry.num_state_slots
                 prefill += entry.prefill_tokens
-                count += 1
-            if count == 0 and drained == load.pending_prefill_tokens:
+            budget = drained_backlog(load.yield_budget_tokens, load.prefill_tokens_per_s, view.stats_age_s)
+            if not pending and drained == load.pending_prefill_tokens and budget == load.yield_budget_tokens:
                 out.append(view)
                 continue
+            yielding, budget = _pacing_after(load, budget, pending)
             adjusted = load.model_copy(
                 update={
                     "free_kv_tokens": load.free_kv_tokens - kv,
                     "free_state_slots": load.free_state_slots - slots * load.state_slots_per_request,
-                    "num_queued": load.num_queued + count,
+                    "num_queued": load.num_queued + len(pending),
                     "pending_prefill_tokens": drained + prefill,
-                    "yield_budget_tokens": max(0, load.yield_budget_tokens - prefill),
+                    "yielding_prefill_tokens": yielding,
+                    "yield_budget_tokens": budget,
                 }
             )
             out.append(replace(view, load=adjusted))

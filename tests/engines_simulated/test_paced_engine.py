@@ -242,7 +242,9 @@ def test_rule_arrive_a_long_prompt_without_the_routers_permit_is_sent_whole():
         clock = StepClock()
         engine = paced_engine(clock)
         await engine.start()
-        assert engine.load().pacing_min_uncached_tokens == 4_096  # what the router judges "long" by
+        load = engine.load()
+        # what the router judges "long" by, and the budget its ledger expects a newly paced prompt to give
+        assert (load.pacing_min_uncached_tokens, load.pacing_yield_fraction) == (4_096, 0.5)
         whole = Client(engine, clock, request("long", 8_192).model_copy(update={"pace": False}))
         await clock.run_for(2.0)
         await whole.task

@@ -55,6 +55,24 @@ def test_rule_left_is_the_unspent_budget_in_tokens_less_what_was_let_in():
     assert pacer().left_tokens() == 0  # nothing paced
 
 
+def test_rule_left_counts_what_the_piece_out_has_waited_beyond_its_own_prefill():
+    # budget 50,000 tokens; the piece's own prefill: 16,384 tokens at 10,000 tokens/s = 1.6384 s
+    p = pacer()
+    paced = p.start("a", 100_000, 0)
+    p.let_in(7_000)
+    paced.next_piece(10.0)
+    assert p.left_tokens(11.0) == 43_000  # within its own prefill time: only the 7,000 measured count
+    # 2.6384 s out: 1 s (10,000 tokens) beyond its own prefill, more than the 7,000 measured
+    assert p.left_tokens(12.6384) == pytest.approx(40_000, abs=1)
+    p.let_in(2_000)  # runs before the next piece
+    assert p.left_tokens(12.6384) == pytest.approx(38_000, abs=1)
+    assert p.left_tokens() == 41_000  # no time given: the piece has waited nothing
+    # 39,000 uncached (under the 40,000 threshold): over the 38,000 left at 12.6384 s, not over 41,000
+    assert p.should_hold(39_000, 0, now_s=12.6384)
+    assert not p.should_hold(39_000, 0)
+    assert p.arrive("b", 39_000, 0, now_s=12.6384) == "held"
+
+
 def test_rule_hold_long_prompts_and_requests_over_the_budget_left():
     p = pacer()
     assert not p.should_hold(100_000, 0)  # nothing paced: no hold

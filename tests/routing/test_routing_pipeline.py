@@ -154,6 +154,75 @@ def test_rule_placements_since_the_report_spend_a_pacing_replicas_yield_budget_f
     assert b.load.yield_budget_tokens == 0
 
 
+PACING = dict(pacing_min_uncached_tokens=80_000, pacing_yield_fraction=0.5)
+
+
+def test_rule_a_prompt_placed_to_be_paced_yields_to_what_fits_its_budget_and_holds_the_rest():
+    ledger = ReservationLedger(FakeClock(now=10.0), horizon_s=60.0)
+    ledger.place(RequestView("long", prompt_tokens=100_000), "a", pace_permitted=True)  # paced: budget 50,000
+    ledger.place(RequestView("let-in", prompt_tokens=20_000), "a")  # within 50,000: budget 30,000 left
+    ledger.place(RequestView("over", prompt_tokens=40_000), "a")  # over 30,000: held behind it
+    ledger.place(RequestView("long-2", prompt_tokens=90_000), "a", pace_permitted=True)  # long while pacing: held
+    ledger.place(RequestView("small", prompt_tokens=5_000), "a")  # let in: 25,000 left
+    (a,) = ledger.apply([view("a", age=1.0, pending_prefill_tokens=2_000, **PACING)])
+    assert a.load.pending_prefill_tokens == 2_000 + 100_000 + 20_000 + 40_000 + 90_000 + 5_000
+    assert (a.load.yielding_prefill_tokens, a.load.yield_budget_tokens) == (230_000, 25_000)
+
+
+def test_rule_a_long_prompt_without_a_permit_or_on_a_replica_that_does_not_pace_is_plain_backlog():
+    ledger = ReservationLedger(FakeClock(now=10.0), horizon_s=60.0)
+    ledger.place(RequestView("refused", prompt_tokens=100_000), "a", pace_permitted=False)
+    ledger.place(RequestView("permitted", prompt_tokens=100_000), "b", pace_permitted=True)
+    ledger.place(RequestView("short", prompt_tokens=79_999), "c", pace_permitted=True)  # under the threshold
+    a, b, c = ledger.apply([view("a", age=1.0, **PACING), view("b", age=1.0), view("c", age=1.0, **PACING)])
+    for replica in (a, b, c):
+        assert (replica.load.yielding_prefill_tokens, replica.load.yield_budget_tokens) == (0, 0)
+    assert (a.load.pending_prefill_tokens, c.load.pending_prefill_tokens) == (100_000, 79_999)
+
+
+def test_rule_a_permitted_long_prompt_on_a_replica_already_pacing_is_held_not_paced():
+    ledger = ReservationLedger(FakeClock(now=10.0), horizon_s=60.0)
+    ledger.place(RequestView("long", prompt_tokens=100_000), "a", pace_permitted=True)
+    pacing = dict(pending_prefill_tokens=50_000, yielding_prefill_tokens=40_000, yield_budget_tokens=20_000)
+    (a,) = ledger.apply([view("a", age=1.0, **pacing, **PACING)])
+    # the report's paced prompt keeps its budget; the newcomer waits behind it with the held requests
+    assert (a.load.yielding_prefill_tokens, a.load.yield_budget_tokens) == (140_000, 20_000)
+    assert a.load.pending_prefill_tokens == 150_000
+
+
+def test_rule_a_paced_prompts_budget_drains_at_the_prefill_rate_while_the_report_ages():
+    ledger = ReservationLedger(FakeClock(now=10.0), horizon_s=60.0)
+    pacing = dict(pending_prefill_tokens=50_000, yielding_prefill_tokens=40_000, yield_budget_tokens=20_000)
+    (a,) = ledger.apply([view("a", age=0.8, prefill_tokens_per_s=10_000.0, **pacing, **PACING)])
+    # 0.8 s at 10,000 tokens/s: 8,000 tokens off the budget and off the backlog
+    assert (a.load.yield_budget_tokens, a.load.pending_prefill_tokens) == (12_000, 42_000)
+    assert a.load.yielding_prefill_tokens == 40_000
+    ledger.place(RequestView("turn", prompt_tokens=12_001), "a")  # over the 12,000 left: held
+    (a,) = ledger.apply([view("a", age=0.8, prefill_tokens_per_s=10_000.0, **pacing, **PACING)])
+    assert (a.load.yield_budget_tokens, a.load.yielding_prefill_tokens) == (12_000, 52_001)
+
+
+def test_a_turn_stays_on_the_replica_caching_it_after_a_prompt_was_placed_there_to_be_paced():
+    # The conversation's 20,480 tokens are cached on a; a 150,000-token cold prompt was just placed on a with
+    # a pacing permit (on_placed without a decision: permitted). The turn's 512 uncached tokens fit the
+    # paced prompt's budget (75,000), so a starts it in 0.05 s, against 2.1 s on b. Counted as plain
+    # backlog, a's estimate would be 15.05 s, past b's 2.1 s plus the cached-prefix allowance
+    # (max(6, min(12, 4 x 2.05 s)) = 8.2 s), and the guard would send the turn to b to be prefilled again.
+    p = pipeline(FakeClock(now=100.0))
+    history = tuple(f"h{i}" for i in range(40))
+    earlier = RequestView("t1", session_id="s", prefix_hashes=history, prompt_tokens=20_480,
+                          needed_kv_tokens=21_000)  # fmt: skip
+    p.on_placed(earlier, "a")
+    p.on_completed("t1")
+    p.on_placed(RequestView("cold", session_id="o", prompt_tokens=150_000, needed_kv_tokens=151_000), "a")
+    load = dict(total_kv_tokens=1_000_000, free_kv_tokens=1_000_000, prefill_tokens_per_s=10_000.0, **PACING)
+    turn = RequestView("t2", session_id="s", prefix_hashes=(*history, "h40"), prompt_tokens=21_000,
+                       needed_kv_tokens=22_000)  # fmt: skip
+    decision = p.choose(turn, [view("a", age=1.0, **load), view("b", age=1.0, **load)])
+    assert decision.chosen == "a"
+    assert "a" not in decision.rejected
+
+
 def test_rule_a_placement_never_confirmed_is_assumed_received_after_the_timeout():
     clock = FakeClock(now=10.0)
     ledger = ReservationLedger(clock, horizon_s=60.0, receipt_timeout_s=5.0)
