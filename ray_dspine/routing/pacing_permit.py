@@ -51,6 +51,10 @@ class PacingPermits:
         total = len(self._window) + self.prior_requests
         return (self._num_long + prior) / total if total else 0.0
 
+    def answer(self, request_id: str) -> bool | None:
+        """The permit `judge` gave this request, while it is remembered; None if it was never judged."""
+        return self._answers.get(request_id)
+
     def judge(self, request_id: str, long: bool) -> bool:
         """Rules `judged once`, `share` and `permit`: may the replica pace this request?"""
         if request_id in self._answers:

@@ -22,8 +22,8 @@ The filters' cached(q, r) is the prompt less uncached_tokens(q, depth(q, r)) of 
 TTFT scorer's estimate): a replica that caches most of a long prompt needs KV only for the rest.
 
 `on_placed(q, r)` records r in the ledger (with q's uncached prompt tokens on r, predicted_ttft.py, and
-the pacing permit its last decision gave it, True when none did; not yet received when the caller says
-so, until `on_received(q)`: reservations.py),
+the pacing permit its decision gave it as pacing_permit.py remembers it, True when none did; not yet
+received when the caller says so, until `on_received(q)`: reservations.py),
 the prefix index (all of q's blocks) and the session table; `on_completed(q)` releases the ledger
 entry and, when q was served, inserts q's blocks into the index for r again, most recently used: an
 engine pins a running request's blocks and hands them to its LRU only when the request ends, so a
@@ -77,7 +77,6 @@ class RoutingPipeline:
         self._memory_wait: MemoryWait | None = None
         self._cache_generations: dict[str, int] = {}
         self._in_flight: OrderedDict[str, tuple[str, tuple[str, ...], int]] = OrderedDict()
-        self._pace_permits: OrderedDict[str, bool] = OrderedDict()  # request id -> Decision.pace, until placed
         self.permits = PacingPermits(
             config.pacing_max_long_share,
             config.pacing_window_requests,
@@ -141,11 +140,6 @@ class RoutingPipeline:
             name: {view.replica_id: value for view, value in zip(candidates, values)}
             for name, values in scores.items()
         }
-        pace = self._pacing_permit(request, next((v for v in views if v.replica_id == ranked[0]), None), cached)
-        self._pace_permits[request.request_id] = pace
-        self._pace_permits.move_to_end(request.request_id)
-        while len(self._pace_permits) > self._config.session_table_capacity:  # requests never placed
-            self._pace_permits.popitem(last=False)
         return Decision(
             tuple(ranked),
             scores=per_replica,
@@ -154,7 +148,7 @@ class RoutingPipeline:
             rejected=rejected,
             reason="scored",
             rejected_by=rejected_by,
-            pace=pace,
+            pace=self._pacing_permit(request, next((v for v in views if v.replica_id == ranked[0]), None), cached),
         )
 
     def _pacing_permit(self, request: RequestView, chosen: ReplicaView | None, cached: dict[str, int]) -> bool:
@@ -171,7 +165,7 @@ class RoutingPipeline:
             replica_id,
             prefill_tokens=uncached_tokens(request, depth),
             received=received,
-            pace_permitted=self._pace_permits.pop(request.request_id, True),
+            pace_permitted=self.permits.answer(request.request_id) is not False,
         )
         self.prefix_index.insert(request.prefix_hashes, replica_id)
         self.sessions.record(request.session_id, replica_id)

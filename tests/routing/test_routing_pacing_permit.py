@@ -61,6 +61,7 @@ def test_rule_judged_once_a_retry_gets_the_same_answer_and_counts_nothing():
     before = p.share()
     assert p.judge("a", long=True) is True and p.judge("b", long=True) is False
     assert p.share() == before
+    assert (p.answer("a"), p.answer("b"), p.answer("never judged")) == (True, False, None)
 
 
 def test_permits_refuse_out_of_range_parameters():
