@@ -47,6 +47,14 @@ class DeploymentOptions(BaseModel):
     routing_stats_period_s: float = Field(
         default=1.0, gt=0, description="How often replicas report load to the router."
     )
+    stream_batch_interval_ms: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1000.0,
+        description="Milliseconds over which a replica merges its chunks before they cross Ray (the first "
+        "chunk passes at once): fewer messages through the ingress and proxy, coarser inter-token timing at "
+        "the client. 0 passes every chunk as the engine makes it; Ray Serve LLM merges over 50 ms.",
+    )
     router: RouterConfig = Field(default_factory=RouterConfig, description="Placement policy of this pool.")
 
 

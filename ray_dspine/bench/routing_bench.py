@@ -61,6 +61,7 @@ from .routing_results import (
     reduction_ceilings,
     router_figures,
 )
+from .routing_serving_cpu import ServingCpu, spent
 from .routing_workload import (
     BENCH_MODEL,
     BENCH_POOL,
@@ -85,10 +86,10 @@ RATIONALE = (
     "simulated second on 4 simulated H200 replicas (DSpine, ReplaySSM: 473,010 KV tokens and 72 running "
     "requests each), which is about their prefill capacity (mean prompt ~12k tokens at 0.1 ms per uncached "
     "token): replicas run near full, so queueing behind long prefills and prefix-cache hits decide TTFT. "
-    "Outputs are capped at 128 tokens so that Ray's per-chunk streaming cost (one chunk per verify step per "
-    "request through replica, ingress and proxy) stays within 2 CPU cores; prompts, and so prefill, prefix "
-    "sharing and KV use, are the trace's own. engine_time_scale 0.5: the twin runs at twice a GPU's speed "
-    "in wall time. p99 TTFT cannot go below `slice.ttft_floor_p99_sim_s` (no queueing, ideal cache), nor "
+    "Outputs are capped at 128 tokens, and replicas merge their chunks over 50 ms as Ray Serve LLM does, so "
+    "that Ray's per-chunk streaming cost (through replica, ingress and proxy) stays within 2 CPU cores; "
+    "prompts, and so prefill, prefix sharing and KV use, are the trace's own. engine_time_scale 0.5: the "
+    "twin runs at twice a GPU's speed in wall time. p99 TTFT cannot go below `slice.ttft_floor_p99_sim_s` (no queueing, ideal cache), nor "
     "the prefix-hit rate above `slice.prefix_hit_ceiling` (the same ideal cache)."
 )
 HELP = (
@@ -105,7 +106,7 @@ FLAG_OF_FIELD = {
     "hicache_store_tokens": "--hicache-store-tokens", "hicache_write_policy": "--hicache-write-policy",
     "min_uncached_tokens": "--prefill-pacing-tokens", "piece_tokens": "--prefill-pacing-piece-tokens",
     "prefill_pacing": "--prefill-pacing-piece-tokens", "yield_fraction": "--prefill-pacing-yield",
-    "prefill_pacing_routers": "--prefill-pacing-routers",
+    "prefill_pacing_routers": "--prefill-pacing-routers", "stream_batch_interval_ms": "--stream-batch-ms",
 }  # fmt: skip
 CHECK_COUNTERS = ("num_submitted", "num_admitted", "num_finished", "num_prefix_hit_tokens", "num_prefill_tokens",
                   "num_output_tokens", "num_waited_for_memory", "num_waited_for_state_slots")  # fmt: skip
@@ -218,6 +219,13 @@ def register(subparsers) -> None:
         "and prefix hits against offered load, otherwise the paired goals (each pair's p99 cut and hit "
         "difference, their mean and 95%% interval, the target)",
     )  # fmt: skip
+    parser.add_argument(
+        "--stream-batch-ms",
+        type=float,
+        default=None,
+        help="milliseconds over which each replica merges its chunks before they cross Ray (default 50, as Ray "
+        "Serve LLM; 0: one chunk per verify step); the first chunk always passes at once",
+    )
     parser.add_argument("--out", default=None, help="also write the JSON to this file")
     parser.add_argument("--json", action="store_true", help="print JSON only (progress still goes to stderr)")
     parser.set_defaults(func=routing_main)
@@ -241,6 +249,7 @@ def settings_from_args(args) -> RoutingBenchSettings:
         "hicache_host_tokens": args.hicache_host_tokens,
         "hicache_store_tokens": args.hicache_store_tokens,
         "hicache_write_policy": args.hicache_write_policy,
+        "stream_batch_interval_ms": args.stream_batch_ms,
     }
     values.update({k: v for k, v in options.items() if v is not None})
     if args.chunked_prefill_size is not None:
@@ -316,20 +325,29 @@ def subtract(after: list[dict], before: list[dict]) -> list[dict]:
 
 def replay_router(
     policy: str, endpoint: str, requests, settings: RoutingBenchSettings, replay_index: int
-) -> tuple[list[RequestRecord], list[dict]]:
-    """Deploy the app with this router and replay the slice once: (records tagged with the replay, counters)."""
+) -> tuple[list[RequestRecord], list[dict], ServingCpu]:
+    """Deploy the app with this router and replay the slice once: (records tagged with the replay, counters,
+    the serving path's CPU seconds)."""
     from . import routing_cluster as cluster
 
     cluster.deploy(bench_app_config(settings, policy), endpoint)
     try:
         probe(endpoint)
         before = cluster.read_replica_counters(BENCH_POOL)
+        cpu_before = cluster.read_serving_cpu(BENCH_POOL)
         sink = asyncio.run(_replay(endpoint, requests, settings))
+        cpu_after = cluster.read_serving_cpu(BENCH_POOL)
         after = cluster.read_replica_counters(BENCH_POOL)
     finally:
         cluster.undeploy()
     records = [r.model_copy(update={"repetition": replay_index}) for r in sink.records]
-    return records, subtract(after, before)
+    return records, subtract(after, before), spent(cpu_before, cpu_after, len(records))
+
+
+def _cpu_text(cpu: ServingCpu) -> str:
+    if cpu.total_s is None:
+        return "-"
+    return f"{cpu.total_s:.0f} s ({cpu.per_request_ms:.0f} ms a request)"
 
 
 def load_bench_slice(settings: RoutingBenchSettings) -> list[TraceRequest]:
@@ -361,13 +379,15 @@ def run_bench(settings: RoutingBenchSettings, tail: int = 0) -> tuple[dict, dict
     endpoint = cluster.start_cluster(settings.ray_num_cpus)
     records: dict[str, list[RequestRecord]] = {policy: [] for policy in settings.routers}
     counters: dict[str, list[dict]] = {policy: [] for policy in settings.routers}
+    cpu: dict[str, list[ServingCpu]] = {policy: [] for policy in settings.routers}
     runs = [(rep, policy) for rep in range(settings.repeats) for policy in settings.routers]
     try:
         for index, (rep, policy) in enumerate(runs, start=1):
             begun = time.monotonic()
-            these_records, these_counters = replay_router(policy, endpoint, requests, settings, rep)
+            these_records, these_counters, this_cpu = replay_router(policy, endpoint, requests, settings, rep)
             records[policy].extend(these_records)
             counters[policy].extend(these_counters)
+            cpu[policy].append(this_cpu)
             f = router_figures(
                 policy, policy, these_records, these_counters, settings.engine_time_scale, floors, settings.num_replicas
             )
@@ -380,13 +400,14 @@ def run_bench(settings: RoutingBenchSettings, tail: int = 0) -> tuple[dict, dict
                 f"[{index}/{len(runs)}] {policy}: {f.num_ok}/{f.num_requests} ok, TTFT p99 {p99} s "
                 f"(over the floor: {excess} simulated s; outside the replica: p99 {outside_ms} ms), "
                 f"prefix hit {hit}, waited for memory {f.num_waited_for_memory}, retractions {f.num_retractions}, "
-                f"paced {f.num_paced} ({time.monotonic() - begun:.0f} s)"
+                f"paced {f.num_paced}, serving-path CPU {_cpu_text(this_cpu)} ({time.monotonic() - begun:.0f} s)"
             )
     finally:
         cluster.stop_cluster()
     figures = {
         policy: router_figures(policy, ROUTER_LABELS.get(policy, policy), records[policy], counters[policy],
-                               settings.engine_time_scale, floors, settings.num_replicas, ideal_hits)  # fmt: skip
+                               settings.engine_time_scale, floors, settings.num_replicas, ideal_hits
+                               ).model_copy(update={"serving_cpu_by_replay": cpu[policy]})  # fmt: skip
         for policy in settings.routers
     }
     checks = goals(figures)

@@ -3,8 +3,9 @@
 A fresh local Ray cluster is started with token auth off (`RAY_AUTH_MODE=disabled`: it is private to
 this process and listens on 127.0.0.1). Each router gets a fresh app (`serve.run`), so every router
 starts from empty replicas and empty prefix caches; `serve.delete` removes it before the next one.
-Replica counters are read inside each replica actor with Ray's `__ray_call__` (a developer API that
-runs a function on the actor instance), because a deployment handle cannot address one replica.
+Replica counters, and the CPU seconds of the proxy, the ingress and each replica, are read inside each
+actor with Ray's `__ray_call__` (a developer API that runs a function on the actor instance), because a
+deployment handle cannot address one replica.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from ..config import AppConfig
 
 APP_NAME = "routing-bench"
 REPLICA_PREFIX = "SERVE_REPLICA::"
+PROXY_PREFIX = "SERVE_PROXY_ACTOR"
+INGRESS_DEPLOYMENT = "ingress"
 SERVE_NAMESPACE = "serve"
 
 
@@ -91,11 +94,40 @@ def undeploy() -> None:
 
 
 def replica_actor_names(pool_name: str) -> list[str]:
+    return _actor_names(f"{REPLICA_PREFIX}{APP_NAME}#pool-{pool_name}#")
+
+
+def _actor_names(prefix: str) -> list[str]:
     import ray
 
-    prefix = f"{REPLICA_PREFIX}{APP_NAME}#pool-{pool_name}#"
     names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["name"].startswith(prefix)]
     return sorted(names)
+
+
+def _process_cpu_s(_actor) -> float:
+    """Runs inside an actor: its process's CPU seconds so far, all threads."""
+    return time.process_time()
+
+
+def read_serving_cpu(pool_name: str, *, timeout_s: float = 30.0) -> dict[str, float | None]:
+    """CPU seconds so far of this process (the client), Serve's proxy, the ingress and the pool's replicas
+    (summed), as routing_serving_cpu.py reads them; a part that cannot be read is None."""
+    import ray
+
+    groups = {
+        "proxy": _actor_names(PROXY_PREFIX),
+        "ingress": _actor_names(f"{REPLICA_PREFIX}{APP_NAME}#{INGRESS_DEPLOYMENT}#"),
+        "replicas": replica_actor_names(pool_name),
+    }
+    readings: dict[str, float | None] = {"client": time.process_time()}
+    for part, names in groups.items():
+        try:
+            refs = [ray.get_actor(n, namespace=SERVE_NAMESPACE).__ray_call__.remote(_process_cpu_s) for n in names]
+            values = ray.get(refs, timeout=timeout_s)
+            readings[part] = float(sum(values)) if values else None
+        except Exception:  # an actor gone or not answering: that part is unknown, the replay goes on
+            readings[part] = None
+    return readings
 
 
 def _engine_counters(actor) -> dict:

@@ -30,6 +30,8 @@ Rules (ok = a request that finished without error; every replica of the pool is 
   outside      outside_replica_by_replay = for each replay, routing_outside_replica.py's figures: the
                part of each TTFT that passed outside its replica (the answers' Server-Timing header),
                p50 / p99 / max, and at the replay's TTFT p99 ranks.
+  serving CPU  serving_cpu_by_replay = for each replay, routing_serving_cpu.py's CPU seconds of the
+               client, the proxy, the ingress and the replicas (read around the replay by the bench).
   memory       num_waited_for_memory / num_waited_for_state_slots: requests that waited at the head of
                a replica's queue for KV tokens / state slots; num_retractions: running requests pushed
                back for memory; num_evicted_cache_blocks: unreferenced prefix-cache blocks dropped
@@ -54,6 +56,7 @@ from .records import RequestRecord
 from .routing_hit_loss import HitLoss, PlacedRequest, hit_loss
 from .routing_order_bound import order_bound_p99
 from .routing_outside_replica import OutsideReplica, format_outside, outside_replica
+from .routing_serving_cpu import ServingCpu, format_serving_cpu
 
 OURS = "headroom"
 
@@ -140,6 +143,10 @@ class RouterFigures(BaseModel):
         default_factory=list,
         description="Each replay's TTFT outside the replica, from the answers' Server-Timing header "
         "(routing_outside_replica.py).",
+    )
+    serving_cpu_by_replay: list[ServingCpu] = Field(
+        default_factory=list,
+        description="Each replay's CPU seconds in the client, proxy, ingress and replicas (routing_serving_cpu.py).",
     )
 
 
@@ -412,6 +419,8 @@ def format_table(figures: dict[str, RouterFigures], checks: list[Goal]) -> str:
             lines.append(f"{name:<12} per replay: TTFT p99 {p99s}; hit {hits}")
     for name, f in figures.items():
         lines.extend(format_outside(name, f.outside_replica_by_replay))
+    for name, f in figures.items():
+        lines.extend(format_serving_cpu(name, f.serving_cpu_by_replay))
     for name, f in figures.items():
         for r in f.failed:
             first = "no first token" if r.ttft_s is None else f"first token after {r.ttft_s:.2f} s"

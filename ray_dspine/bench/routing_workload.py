@@ -23,7 +23,8 @@ of earlier requests of i's session only (the rest is reuse across conversations,
 
 App rule: one pool `bench` of `num_replicas` simulated replicas sized by the capacity plan of
 `capacity` (the DSpine pool of clusters/sim.yaml), every reasoning level routed to it,
-max_ongoing_requests = the plan's running-request limit, and `RouterConfig(policy=p)` for the router
+max_ongoing_requests = the plan's running-request limit, chunks merged over `stream_batch_interval_ms`
+(serve/stream_batching.py), and `RouterConfig(policy=p)` for the router
 p under test, its GPU-second defaults (ttft_tolerance_s, ttft_tolerance_cached_max_s,
 memory_wait_tolerance_s, latency_slack_s, ttft_indifference_s) times engine_time_scale; and, for the
 routers in `prefill_pacing_routers` (ours by default), replicas that pace long prompts
@@ -119,6 +120,13 @@ class RoutingBenchSettings(BaseModel):
     routing_stats_period_s: float = Field(default=0.5, gt=0.0, description="Replica load reports, wall seconds.")
     stale_after_s: float = Field(default=2.0, gt=0.0, description="headroom: reports older than this are discounted.")
     replica_num_cpus: float = Field(default=0.1, ge=0.0, description="CPUs reserved per replica.")
+    stream_batch_interval_ms: float = Field(
+        default=50.0,
+        ge=0.0,
+        le=1000.0,
+        description="The replicas' stream batching interval, wall milliseconds (serve/stream_batching.py; "
+        "Ray Serve LLM's 50 ms; 0: every chunk as the engine makes it).",
+    )
     capacity: CapacityConfig = Field(default_factory=dspine_h200_capacity, description="The GPU each replica models.")
     profile: str = Field(default="h200-qwen3.8-27b", description="Simulated timing profile.")
     workload: str = Field(default="swe-bench-pro-xhigh", description="Acceptance figures to draw from.")
@@ -405,6 +413,7 @@ def bench_app_config(settings: RoutingBenchSettings, policy: PolicyName) -> AppC
         max_queued_requests=-1,
         num_cpus=settings.replica_num_cpus,
         routing_stats_period_s=settings.routing_stats_period_s,
+        stream_batch_interval_ms=settings.stream_batch_interval_ms,
         router=router,
     )
     pool = PoolConfig(name=BENCH_POOL, description="simulated replicas under test", engine=engine, deployment=deployment)

@@ -2,7 +2,8 @@
 
 Glue only: it starts the engine, forwards `generate`, stamps the first chunk with this replica's id,
 decode path and the seconds since the request reached it (the `replica` metric of Server-Timing),
-turns engine refusals into error chunks (no exception crosses the handle), reports load to the router
+turns engine refusals into error chunks (no exception crosses the handle), merges chunks over the
+pool's `stream_batch_interval_ms` before they cross Ray (stream_batching.py), reports load to the router
 (`record_routing_stats`) and lets an operator switch the drafter off live (`user_config:
 {drafter_enabled: false}`).
 Every method Ray calls is `async def`, so it runs on the replica's event loop, where the engine and
@@ -23,6 +24,7 @@ from ..engines.protocol import Chunk, EngineError, GenerateRequest
 from ..autoscale.config import StatsWindowConfig
 from ..autoscale.stats import ReplicaWindowStats
 from .metrics import ReplicaMetrics, replica_usd_per_hour
+from .stream_batching import batched
 
 log = logging.getLogger("ray_dspine.replica")
 
@@ -44,6 +46,13 @@ class EngineReplica:
         await self.engine.start()
 
     async def generate(self, request: GenerateRequest):
+        """The request's chunks, merged over the pool's stream batching interval (stream_batching.py)."""
+        interval_s = self.pool.deployment.stream_batch_interval_ms / 1000.0
+        async for chunk in batched(self._stamped(request), interval_s):
+            yield chunk
+
+    async def _stamped(self, request: GenerateRequest):
+        """The engine's chunks, the first stamped with this replica, its decode path and replica seconds."""
         stream = self.engine.generate(request)
         first = True
         started = self.clock()

@@ -43,6 +43,14 @@ def test_tiny_routing_bench_reports_every_field_for_every_router():
         for key in ("ttft_p50_s", "ttft_p99_s", "e2e_p99_s", "prefix_hit_rate"):
             assert figures[key] is not None, (name, key)
     assert result["routers"]["headroom"]["num_retractions"] == 0
+    # replicas merge chunks over 50 ms (Ray Serve LLM's default); every part of the serving path spent CPU
+    assert result["settings"]["stream_batch_interval_ms"] == 50.0
+    for name, figures in result["routers"].items():
+        assert len(figures["serving_cpu_by_replay"]) == 2, name
+        for cpu in figures["serving_cpu_by_replay"]:
+            assert all(cpu[k] > 0 for k in ("client_s", "proxy_s", "ingress_s", "replicas_s")), (name, cpu)
+            parts = cpu["client_s"] + cpu["proxy_s"] + cpu["ingress_s"] + cpu["replicas_s"]
+            assert cpu["total_s"] == pytest.approx(parts)
     # Only ours' replicas pace, and its router permits the first long prompt of each fresh pool
     # (routing/pacing_permit.py); the engine counters leave the pieces out, so they agree with the answers
     assert [result["routers"][name]["num_paced"] for name in ROUTERS] == [0, 0, 2]

@@ -73,3 +73,28 @@ def test_first_chunk_carries_the_seconds_since_the_replica_received_the_request(
     chunks = asyncio.run(main())
     assert chunks[0].replica_s == 2.5 and chunks[0].replica == "local"
     assert all(c.replica_s is None for c in chunks[1:])
+
+
+def test_stream_batching_merges_after_the_stamped_first_chunk():
+    # With a 1-second interval and a stream that ends within it (400 tokens at 1% of H200 time, about
+    # 20 ms), the replica passes the stamped first flush at once (the first chunk, merged with any that
+    # came in the same instant) and the rest of the 400 tokens as one chunk when the stream ends
+    # (stream_batching.py rules first and end).
+    async def main():
+        pool = dspine_pool()
+        deployment = pool.deployment.model_copy(update={"stream_batch_interval_ms": 1000.0})
+        pool = pool.model_copy(update={"deployment": deployment})
+        replica = EngineReplica.__new__(EngineReplica)
+        await replica.__init__(pool)
+        request = GenerateRequest(
+            request_id="r1", prompt="hello " * 400, max_tokens=400, estimated_prompt_tokens=600, pool="dspine"
+        )
+        chunks = [chunk async for chunk in replica.generate(request)]
+        await replica.engine.stop()
+        return chunks
+
+    chunks = asyncio.run(main())
+    assert [c.finish_reason for c in chunks] == [None, "length"]
+    assert chunks[0].num_tokens >= 1 and chunks[0].num_tokens + chunks[1].num_tokens == 400
+    assert chunks[0].replica == "local" and chunks[0].replica_s is not None and chunks[1].replica_s is None
+    assert chunks[1].usage.completion_tokens == 400
