@@ -200,3 +200,24 @@ def test_rule_close_the_stream_ends_when_the_consumer_goes_away(interval_s):
     first, closed, tasks_left = asyncio.run(main())
     assert first.text == "a" and closed
     assert tasks_left == 1  # only main(): the reader task is gone
+
+
+def test_rule_close_the_stream_ends_when_the_consumers_task_is_cancelled_mid_interval():
+    # Ray Serve cancels the replica's generator task when the client goes away; the batcher is then
+    # waiting out an interval, and the engine stream must still be closed.
+    async def main():
+        feed, ticks = Feed(), Ticks()
+        consumer = Consumer(batched(feed.stream(), 0.05, ticks.sleep))
+        feed.put(text(1, "a"))
+        await settle()
+        feed.put(text(1, "b"))
+        await settle()
+        waiting = len(ticks.waiting)
+        consumer.task.cancel()
+        await asyncio.gather(consumer.task, return_exceptions=True)
+        await settle()
+        return [c.text for c in consumer.got], waiting, feed.closed, len(asyncio.all_tasks())
+
+    got, waiting, closed, tasks_left = asyncio.run(main())
+    assert got == ["a"] and waiting == 1
+    assert closed and tasks_left == 1
