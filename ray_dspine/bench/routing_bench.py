@@ -61,7 +61,7 @@ from .routing_results import (
     reduction_ceilings,
     router_figures,
 )
-from .routing_serving_cpu import ServingCpu, spent
+from .routing_serving_cpu import ServingCpu, format_total, spent
 from .routing_workload import (
     BENCH_MODEL,
     BENCH_POOL,
@@ -344,12 +344,6 @@ def replay_router(
     return records, subtract(after, before), spent(cpu_before, cpu_after, len(records))
 
 
-def _cpu_text(cpu: ServingCpu) -> str:
-    if cpu.total_s is None:
-        return "-"
-    return f"{cpu.total_s:.0f} s ({cpu.per_request_ms:.0f} ms a request)"
-
-
 def load_bench_slice(settings: RoutingBenchSettings) -> list[TraceRequest]:
     """The slice's requests; a missing trace or an empty slice is the flag's error."""
     try:
@@ -400,7 +394,7 @@ def run_bench(settings: RoutingBenchSettings, tail: int = 0) -> tuple[dict, dict
                 f"[{index}/{len(runs)}] {policy}: {f.num_ok}/{f.num_requests} ok, TTFT p99 {p99} s "
                 f"(over the floor: {excess} simulated s; outside the replica: p99 {outside_ms} ms), "
                 f"prefix hit {hit}, waited for memory {f.num_waited_for_memory}, retractions {f.num_retractions}, "
-                f"paced {f.num_paced}, serving-path CPU {_cpu_text(this_cpu)} ({time.monotonic() - begun:.0f} s)"
+                f"paced {f.num_paced}, serving-path CPU {format_total(this_cpu)} ({time.monotonic() - begun:.0f} s)"
             )
     finally:
         cluster.stop_cluster()

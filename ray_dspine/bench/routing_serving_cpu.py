@@ -52,6 +52,13 @@ def _s(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
+def format_total(cpu: ServingCpu) -> str:
+    """The replay's total for a progress line: "41 s (97 ms a request)", or "-" when a part is missing."""
+    if cpu.total_s is None or cpu.per_request_ms is None:
+        return "-"
+    return f"{cpu.total_s:.0f} s ({cpu.per_request_ms:.0f} ms a request)"
+
+
 def format_serving_cpu(name: str, by_replay: list[ServingCpu]) -> list[str]:
     """One line per replay."""
     lines = []

@@ -29,7 +29,15 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 
+from ray_dspine.engines.protocol import LoadSnapshot
+
 REMEMBERED_REQUESTS = 10_000  # request ids whose answer is kept for retries
+
+
+def is_long(load: LoadSnapshot, uncached_tokens: int) -> bool:
+    """Rule `long`: would a replica reporting `load` pace a prompt with this many uncached tokens?"""
+    threshold = load.pacing_min_uncached_tokens
+    return threshold > 0 and uncached_tokens >= threshold
 
 
 class PacingPermits:

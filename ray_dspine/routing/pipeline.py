@@ -44,7 +44,7 @@ from ray_dspine.routing.config import RouterConfig
 from ray_dspine.routing.filters import filter_replicas, never_fits
 from ray_dspine.routing.memory_wait import MemoryWait
 from ray_dspine.routing.outcomes import STAGE_FILTER, STAGE_TTFT_GUARD
-from ray_dspine.routing.pacing_permit import PacingPermits
+from ray_dspine.routing.pacing_permit import PacingPermits, is_long
 from ray_dspine.routing.picker import rank, weighted_totals
 from ray_dspine.routing.prefix_index import PrefixIndex
 from ray_dspine.routing.registry import ScorerContext, build_scorers
@@ -154,8 +154,7 @@ class RoutingPipeline:
     def _pacing_permit(self, request: RequestView, chosen: ReplicaView | None, cached: dict[str, int]) -> bool:
         """pacing_permit.py: whether the chosen replica may pace the request, if it is long there
         (`cached`: the filters' cached(q, r), so uncached = the prompt less it, as predicted_ttft.py has it)."""
-        threshold = chosen.load.pacing_min_uncached_tokens if chosen is not None else 0
-        long = threshold > 0 and request.prompt_tokens - cached.get(chosen.replica_id, 0) >= threshold
+        long = chosen is not None and is_long(chosen.load, request.prompt_tokens - cached.get(chosen.replica_id, 0))
         return self.permits.judge(request.request_id, long)
 
     def on_placed(self, request: RequestView, replica_id: str, received: bool = True) -> None:

@@ -24,7 +24,7 @@ all see the same free KV. The ledger subtracts what this router placed since the
                        p.prefill_tokens: the uncached prompt tokens estimated when p was placed,
                        the whole prompt when the caller gave no estimate)
     long(p, r)      = pacing_min_uncached_tokens(r) > 0
-                      and p.prefill_tokens >= pacing_min_uncached_tokens(r)
+                      and p.prefill_tokens >= pacing_min_uncached_tokens(r)   (pacing_permit.py rule `long`)
     paced(p, r)     = long(p, r) and p was placed with the router's pacing permit (Decision.pace)
     yielding_prefill_tokens'(r), yield_budget_tokens'(r): walk pending(r) in placement order from
                       pacing = yielding_prefill_tokens(r) > 0, yielding = yielding_prefill_tokens(r),
@@ -64,6 +64,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 from ray_dspine.engines.protocol import LoadSnapshot
+from ray_dspine.routing.pacing_permit import is_long
 from ray_dspine.routing.types import ReplicaView, RequestView
 
 
@@ -87,11 +88,10 @@ def drained_backlog(pending_tokens: int, tokens_per_s: float, age_s: float) -> i
 def _pacing_after(load: LoadSnapshot, budget: int, pending: Sequence[_Placement]) -> tuple[int, int]:
     """Rules `long`, `paced`, yielding_prefill_tokens' and yield_budget_tokens' from the drained budget:
     (yielding, budget)."""
-    threshold = load.pacing_min_uncached_tokens
     yielding = load.yielding_prefill_tokens
     pacing = yielding > 0
     for entry in pending:
-        long = threshold > 0 and entry.prefill_tokens >= threshold
+        long = is_long(load, entry.prefill_tokens)
         if long and entry.pace_permitted and not pacing:
             pacing = True
             yielding += entry.prefill_tokens

@@ -81,6 +81,15 @@ def text(n: int, label: str) -> Chunk:
     return Chunk(text=label, num_tokens=n)
 
 
+async def started() -> tuple[Feed, Ticks, Consumer]:
+    """A 50 ms batcher whose first chunk ("a", one token) has been passed on."""
+    feed, ticks = Feed(), Ticks()
+    consumer = Consumer(batched(feed.stream(), 0.05, ticks.sleep))
+    feed.put(text(1, "a"))
+    await settle()
+    return feed, ticks, consumer
+
+
 def test_rule_first_the_first_chunk_passes_before_any_interval_ends():
     async def main():
         feed, ticks = Feed(), Ticks()
@@ -99,10 +108,7 @@ def test_rule_first_the_first_chunk_passes_before_any_interval_ends():
 
 def test_rule_merge_one_chunk_per_interval_joined_in_order():
     async def main():
-        feed, ticks = Feed(), Ticks()
-        consumer = Consumer(batched(feed.stream(), 0.05, ticks.sleep))
-        feed.put(text(1, "a"))
-        await settle()
+        feed, ticks, consumer = await started()
         feed.put(text(3, "bcd"), Chunk(reasoning="think", num_tokens=2), text(4, "efgh"))
         await settle()
         before_tick = len(consumer.got)
@@ -150,17 +156,11 @@ def test_rule_error_chunks_are_never_merged():
 
 def test_rule_end_flushes_at_once_and_raises_the_streams_exception_after():
     async def main():
-        feed, ticks = Feed(), Ticks()
-        consumer = Consumer(batched(feed.stream(), 0.05, ticks.sleep))
-        feed.put(text(1, "a"))
-        await settle()
+        feed, ticks, consumer = await started()
         feed.put(text(2, "bc"), Chunk(finish_reason="length", usage=Usage(completion_tokens=3)), END)
         await asyncio.wait_for(consumer.task, 5.0)  # no tick: the end does not wait out the interval
         ended = consumer
-        feed, ticks = Feed(), Ticks()
-        consumer = Consumer(batched(feed.stream(), 0.05, ticks.sleep))
-        feed.put(text(1, "a"))
-        await settle()
+        feed, ticks, consumer = await started()
         feed.put(text(1, "b"), RuntimeError("engine crashed"))
         await asyncio.wait_for(consumer.task, 5.0)
         return ended, consumer
@@ -206,10 +206,7 @@ def test_rule_close_the_stream_ends_when_the_consumers_task_is_cancelled_mid_int
     # Ray Serve cancels the replica's generator task when the client goes away; the batcher is then
     # waiting out an interval, and the engine stream must still be closed.
     async def main():
-        feed, ticks = Feed(), Ticks()
-        consumer = Consumer(batched(feed.stream(), 0.05, ticks.sleep))
-        feed.put(text(1, "a"))
-        await settle()
+        feed, ticks, consumer = await started()
         feed.put(text(1, "b"))
         await settle()
         waiting = len(ticks.waiting)
