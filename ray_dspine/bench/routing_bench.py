@@ -107,6 +107,7 @@ FLAG_OF_FIELD = {
     "min_uncached_tokens": "--prefill-pacing-tokens", "piece_tokens": "--prefill-pacing-piece-tokens",
     "prefill_pacing": "--prefill-pacing-piece-tokens", "yield_fraction": "--prefill-pacing-yield",
     "prefill_pacing_routers": "--prefill-pacing-routers", "stream_batch_interval_ms": "--stream-batch-ms",
+    "radix_eviction_policy": "--radix-eviction-policy",
 }  # fmt: skip
 CHECK_COUNTERS = ("num_submitted", "num_admitted", "num_finished", "num_prefix_hit_tokens", "num_prefill_tokens",
                   "num_output_tokens", "num_waited_for_memory", "num_waited_for_state_slots")  # fmt: skip
@@ -160,6 +161,12 @@ def register(subparsers) -> None:
         "--chunked-prefill-size", type=int, default=None, metavar="TOKENS",
         help="the replicas' prompt tokens per prefill pass, as SGLang's --chunked-prefill-size (8192 on an H200; "
         "default and 0: each prompt prefills in one pass)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--radix-eviction-policy", default=None, choices=["lru", "slru", "lfu"],
+        help="which cached prefix the replicas evict first when their KV pool is full, as SGLang's "
+        "--radix-eviction-policy: lru (default), slru (prefixes hit fewer than twice go first) or lfu "
+        "(fewest hits first)",
     )  # fmt: skip
     parser.add_argument(
         "--hicache-host-tokens", type=int, default=None, metavar="TOKENS",
@@ -246,6 +253,7 @@ def settings_from_args(args) -> RoutingBenchSettings:
         "repeats": args.repeats,
         "backlog_source": args.backlog,
         "schedule_policy": args.schedule_policy,
+        "radix_eviction_policy": args.radix_eviction_policy,
         "hicache_host_tokens": args.hicache_host_tokens,
         "hicache_store_tokens": args.hicache_store_tokens,
         "hicache_write_policy": args.hicache_write_policy,

@@ -48,6 +48,7 @@ from ..capacity.config import CapacityConfig, DraftConfig
 from ..config import AppConfig, DeploymentOptions, PoolConfig, ServerConfig
 from ..engines.simulated.config import SimulatedEngineConfig
 from ..engines.simulated.kv_tiers import WritePolicy
+from ..engines.simulated.prefix_cache import EvictionPolicy
 from ..engines.simulated.profile import load_profile
 from ..engines.protocol import SchedulePolicy
 from ..engines.simulated.step_model import prefill_alone_ms
@@ -139,6 +140,9 @@ class RoutingBenchSettings(BaseModel):
         ge=1,
         validate_default=True,
         description="The replicas' --chunked-prefill-size, tokens (None: unchunked).",
+    )
+    radix_eviction_policy: EvictionPolicy = Field(
+        default="lru", description="The replicas' --radix-eviction-policy: lru (SGLang's default), slru or lfu."
     )
     hicache_host_tokens: int = Field(
         default=0,
@@ -394,6 +398,7 @@ def bench_app_config(settings: RoutingBenchSettings, policy: PolicyName) -> AppC
         seed=settings.seed,
         schedule_policy=settings.schedule_policy,
         chunked_prefill_tokens=settings.chunked_prefill_tokens,
+        radix_eviction_policy=settings.radix_eviction_policy,
         hicache_host_tokens=settings.hicache_host_tokens,
         hicache_write_policy=settings.hicache_write_policy,
         prefill_pacing=settings.prefill_pacing if policy in settings.prefill_pacing_routers else None,

@@ -151,6 +151,22 @@ def test_rule_prefix_hits_reduce_prefill_and_are_counted():
     assert counters.num_prefill_tokens == 10 + 2 + 4
 
 
+def test_eviction_policy_reaches_the_cache_and_admitted_hits_are_counted():
+    config = SimulatedEngineConfig(
+        profile="round", workload="full", drafter="none", total_kv_tokens=100, prefix_block_tokens=4,
+        radix_eviction_policy="slru",
+    )  # fmt: skip
+    core = SimReplicaCore(config, round_profile(), random.Random(0))
+    assert core.prefix_cache.eviction_policy == "slru"
+    core.submit(req("a", 10, 2, ["h0", "h1"]), 0.0)
+    drain(core)
+    assert core.prefix_cache.hit_count("h0") == 0  # inserted by a's prefill: no hit yet
+    core.submit(req("b", 10, 2, ["h0", "h1"]), core.now_s)
+    drain(core)
+    assert core.prefix_cache.hit_count("h0") == 1 and core.prefix_cache.hit_count("h1") == 1
+    assert make_core().prefix_cache.eviction_policy == "lru"  # SGLang's default
+
+
 def test_cached_prompt_tokens_is_the_hit_rule_read_without_admitting():
     core = make_core()
     assert core.cached_prompt_tokens(10, ["h0", "h1", "h2"]) == 0  # empty cache

@@ -346,6 +346,16 @@ def test_cli_hicache_flags_reach_every_replicas_engine():
     assert plain.hicache_host_tokens == 0 and plain.hicache_write_policy == "write_back"
 
 
+def test_cli_eviction_policy_reaches_every_routers_replicas():
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    settings = settings_from_args(parser.parse_args(["routing", "--radix-eviction-policy", "slru"]))
+    for policy in ("pow2", "cache_aware", "headroom"):
+        assert bench_app_config(settings, policy).pools[0].engine.radix_eviction_policy == "slru"
+    plain = settings_from_args(parser.parse_args(["routing"]))
+    assert bench_app_config(plain, "headroom").pools[0].engine.radix_eviction_policy == "lru"
+
+
 def test_probe_counts_are_taken_off_but_peaks_kept():
     before = [counters("a", 0, 2, 0, 0.01)]
     after = [counters("a", 512, 1538, 1, 0.5)]

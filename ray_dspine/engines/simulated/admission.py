@@ -95,7 +95,7 @@ def plan_admission(
 
 
 def commit_admission(plan: AdmissionPlan, cache: PrefixCache, pools: MemoryPools) -> None:
-    cache.pin(plan.hit_hashes)
+    cache.pin_hits(plan.hit_hashes)
     if plan.loaded_hashes and cache.tiers is not None:
         cache.tiers.touch(plan.loaded_hashes)
     missing = plan.private_kv_tokens - pools.free_kv_tokens(cache.cached_tokens)

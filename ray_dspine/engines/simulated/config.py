@@ -10,6 +10,7 @@ from ...capacity.config import CapacityConfig
 from ..prefill_pacing import PrefillPacingConfig
 from ..protocol import SchedulePolicy
 from .kv_tiers import WritePolicy
+from .prefix_cache import EvictionPolicy
 
 SimDrafter = Literal["dspine", "dflash2", "none"]
 
@@ -62,6 +63,12 @@ class SimulatedEngineConfig(BaseModel):
         ge=1,
         description="SGLang's --chunked-prefill-size: prompt tokens per prefill forward pass (8192 on an H200); "
         "None: each prompt prefills alone in one step, no chunking.",
+    )
+    radix_eviction_policy: EvictionPolicy = Field(
+        default="lru",
+        description="SGLang's --radix-eviction-policy: which cached prefix goes first when the KV pool is "
+        "full. 'lru' (SGLang's default), 'slru' (prefixes hit fewer than 2 times before those hit more, "
+        "least recent first within each), 'lfu' (fewest hits first, then least recent).",
     )
     page_tokens: int = Field(default=1, ge=1, description="SGLang's --page-size: KV tokens per page (1 by default).")
     hicache_host_tokens: int = Field(

@@ -121,7 +121,9 @@ class SimReplicaCore:
         )
         self._histogram_len = 1 if self._drafter is None else self._drafter.draft_tokens
         self._pools = MemoryPools(config.total_kv_tokens, config.num_state_slots, config.state_slots_per_request)
-        self._cache = PrefixCache(config.prefix_block_tokens, self._tiers(config, store))
+        self._cache = PrefixCache(
+            config.prefix_block_tokens, self._tiers(config, store), config.radix_eviction_policy
+        )
         self._queue: OrderedDict[str, SimRequest] = OrderedDict()
         self._arrival: dict[str, int] = {}
         self._num_arrivals = 0
