@@ -66,6 +66,7 @@ class RoutingPipeline:
         timer: Callable[[], float] = time.perf_counter,
     ):
         self._config = config
+        self._clock = clock
         self._timer = timer
         self.prefix_index = PrefixIndex(config.prefix_index_capacity_blocks)
         self.sessions = SessionTable(config.session_table_capacity)
@@ -236,6 +237,7 @@ class RoutingPipeline:
                 cfg.drop_after_s,
                 per_cached=cfg.ttft_tolerance_per_cached_s,
                 cached_max_s=cfg.ttft_tolerance_cached_max_s,
+                clock=self._clock,
             )
         return self._memory_wait
 

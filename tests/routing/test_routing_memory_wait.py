@@ -54,7 +54,7 @@ def test_rule_hold_when_the_chosen_replica_would_start_it_more_than_the_toleranc
     replicas = [view("fits", backlog_tokens=90_000), view("full", backlog_tokens=20_000, free_kv_tokens=0)]
     assert hold(rule, q, "fits", ["fits"], replicas) == (
         "waiting for memory on full: predicted TTFT 3.00s there (2.00s of prefill queued) against 10.00s on "
-        "fits (9.00s queued), which can hold it now (allowed 4.00s)"
+        "fits (9.00s queued), which can hold it now (allowed 4.00s; waited 0.00s)"
     )
     # 7.0 s on the chosen replica is exactly 3 + 4: placed (the rule holds only beyond the tolerance)
     assert hold(rule, q, "fits", ["fits"], [view("fits", backlog_tokens=60_000), replicas[1]]) is None
@@ -70,12 +70,15 @@ def test_rule_only_replicas_short_of_memory_are_waited_for():
     assert hold(rule, q, "slow", ["slow"], replicas).startswith("waiting for memory on fast: predicted TTFT 1.00s")
 
 
-def rule_where_home_caches_all_of_a_40k_prompt() -> tuple[MemoryWait, RequestView]:
+def rule_where_home_caches_all_of_a_40k_prompt(
+    clock=lambda: 0.0, max_tracked: int = 10_000
+) -> tuple[MemoryWait, RequestView]:
     """A 2 s rule whose index has all four of the request's blocks on "home"; the request is 40,000 tokens
     (4.0 s of prefill wherever it is not cached, 0 s on home)."""
     index = PrefixIndex()
     index.insert(["h0", "h1", "h2", "h3"], "home")
-    return MemoryWait(index, RATE, tolerance_s=2.0, drop_after_s=60.0), request(prompt_tokens=40_000)
+    rule = MemoryWait(index, RATE, tolerance_s=2.0, drop_after_s=60.0, clock=clock, max_tracked=max_tracked)
+    return rule, request(prompt_tokens=40_000)
 
 
 def test_rule_r_star_is_the_short_replica_with_the_lowest_estimate():
@@ -95,19 +98,62 @@ def test_rule_the_requests_own_prefill_counts():
     replicas = [view("fits", backlog_tokens=20_000), view("home", free_kv_tokens=0)]
     assert hold(rule, q, "fits", ["fits"], replicas) == (
         "waiting for memory on home: predicted TTFT 0.00s there (0.00s of prefill queued) against 6.00s on "
-        "fits (2.00s queued), which can hold it now (allowed 2.00s)"
+        "fits (2.00s queued), which can hold it now (allowed 2.00s; waited 0.00s)"
     )
 
 
-def test_rule_no_hold_once_the_chosen_backlog_is_no_longer_than_the_short_replicas():
-    # The bound: with both backlogs empty the request is placed on "fits" (it prefills 4 s there) rather
-    # than waiting for home's memory, which could stay full for as long as home's running requests last,
-    # although home caches the whole prompt (est 0 s against 4 s).
-    rule, q = rule_where_home_caches_all_of_a_40k_prompt()
-    assert hold(rule, q, "fits", ["fits"], [view("fits"), view("home", free_kv_tokens=0)]) is None
-    # home 3 s queued (est 3 s), fits 2 s queued (est 6 s): 6 > 3 + 2, but 2 <= 3 s queued: placed
-    replicas = [view("fits", backlog_tokens=20_000), view("home", backlog_tokens=30_000, free_kv_tokens=0)]
+class Clock:
+    def __init__(self, now: float = 100.0):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_rule_waited_bounds_the_hold_by_the_gain_once_backlogs_no_longer_do():
+    # home caches the whole 40,000-token prompt and is full with nothing queued (est 0 s); fits has
+    # nothing queued either and prefills all of it (est 4 s): gain = 4 - 0 - 2 = 2 s, and the backlogs
+    # (0 <= 0) no longer bound the wait, so the request waits while it has waited less than 2 s.
+    clock = Clock()
+    rule, q = rule_where_home_caches_all_of_a_40k_prompt(clock)
+    replicas = [view("fits"), view("home", free_kv_tokens=0)]
+    assert hold(rule, q, "fits", ["fits"], replicas) == (
+        "waiting for memory on home: predicted TTFT 0.00s there (0.00s of prefill queued) against 4.00s on "
+        "fits (0.00s queued), which can hold it now (allowed 2.00s; waited 0.00s)"
+    )
+    clock.now = 101.9
+    assert hold(rule, q, "fits", ["fits"], replicas).endswith("waited 1.90s)")
+    clock.now = 102.0  # waited 2.0 s = the gain: waiting has used up what it could win, placed on fits
     assert hold(rule, q, "fits", ["fits"], replicas) is None
+    # the rule let q go and forgot it: the next hold of the same request starts a fresh wait
+    clock.now = 150.0
+    assert hold(rule, q, "fits", ["fits"], replicas).endswith("waited 0.00s)")
+
+
+def test_rule_gain_no_hold_when_waiting_cannot_win():
+    # home 3 s queued (est 3 s), fits 2 s queued (est 6 s): gain = 6 - 3 - 2 = 1 s > 0, and 2 <= 3 s
+    # queued: held while it has waited less than 1 s, whatever the backlogs
+    clock = Clock()
+    rule, q = rule_where_home_caches_all_of_a_40k_prompt(clock)
+    replicas = [view("fits", backlog_tokens=20_000), view("home", backlog_tokens=30_000, free_kv_tokens=0)]
+    assert hold(rule, q, "fits", ["fits"], replicas) is not None
+    clock.now += 1.0
+    assert hold(rule, q, "fits", ["fits"], replicas) is None
+    # home 4 s queued (est 4 s): gain = 6 - 4 - 2 = 0, so no hold at all, even at the first call
+    replicas = [view("fits", backlog_tokens=20_000), view("home", backlog_tokens=40_000, free_kv_tokens=0)]
+    assert hold(rule, q, "fits", ["fits"], replicas) is None
+
+
+def test_rule_waited_remembers_at_most_max_tracked_requests():
+    clock = Clock()
+    rule, first = rule_where_home_caches_all_of_a_40k_prompt(clock, max_tracked=1)
+    second = RequestView("q2", prefix_hashes=first.prefix_hashes, prompt_tokens=40_000, needed_kv_tokens=40_100)
+    replicas = [view("fits"), view("home", free_kv_tokens=0)]
+    assert hold(rule, first, "fits", ["fits"], replicas) is not None  # first held at 100.0
+    clock.now = 101.0
+    assert hold(rule, second, "fits", ["fits"], replicas) is not None  # q2 held at 101.0; q dropped
+    clock.now = 102.5  # q would have waited 2.5 s > the 2 s gain, but it was dropped: a fresh wait
+    assert hold(rule, first, "fits", ["fits"], replicas).endswith("waited 0.00s)")
 
 
 def test_rule_a_long_cached_prefix_on_the_chosen_replica_widens_the_allowance():
@@ -154,5 +200,7 @@ def test_bad_parameters_are_refused():
         MemoryWait(PrefixIndex(), RATE, tolerance_s=-1.0, drop_after_s=60.0)
     with pytest.raises(ValueError, match="drop_after_s must be > 0"):
         MemoryWait(PrefixIndex(), RATE, tolerance_s=4.0, drop_after_s=0.0)
+    with pytest.raises(ValueError, match="max_tracked must be >= 1"):
+        MemoryWait(PrefixIndex(), RATE, tolerance_s=4.0, drop_after_s=60.0, max_tracked=0)
     with pytest.raises(ValueError, match="greater than or equal to 0"):
         RouterConfig(memory_wait_tolerance_s=-0.5)

@@ -69,7 +69,8 @@ def test_pipeline_names_the_guard_as_the_stage_that_dropped_a_replica():
 
 def test_pipeline_names_the_filter_as_the_stage_that_removed_a_replica():
     # a has 1,000 free KV tokens for a turn needing 66,000 less what it caches: removed by the KV filter
-    decision = sticky_pipeline().choose(TURN, [view("a", free_kv_tokens=1_000), view("b")])
+    # (memory wait off: it would first hold the turn for a, which starts it 3.28 s sooner than b's 6.55 s)
+    decision = sticky_pipeline(memory_wait_tolerance_s=None).choose(TURN, [view("a", free_kv_tokens=1_000), view("b")])
     assert decision.ranked_replica_ids == ("b",) and decision.rejected_by == {"a": STAGE_FILTER}
 
 
