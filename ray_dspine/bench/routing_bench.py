@@ -89,8 +89,9 @@ RATIONALE = (
     "Outputs are capped at 128 tokens, and replicas merge their chunks over 50 ms as Ray Serve LLM does, so "
     "that Ray's per-chunk streaming cost (through replica, ingress and proxy) stays within 2 CPU cores; "
     "prompts, and so prefill, prefix sharing and KV use, are the trace's own. engine_time_scale 0.5: the "
-    "twin runs at twice a GPU's speed in wall time. p99 TTFT cannot go below `slice.ttft_floor_p99_sim_s` (no queueing, ideal cache), nor "
-    "the prefix-hit rate above `slice.prefix_hit_ceiling` (the same ideal cache)."
+    "twin runs at twice a GPU's speed in wall time. p99 TTFT cannot go below `slice.ttft_floor_p99_sim_s` "
+    "(no queueing, ideal cache), nor the prefix-hit rate above `slice.prefix_hit_ceiling` (the same ideal "
+    "cache)."
 )
 HELP = (
     "compare routers (Ray pow2, cache_aware, ours) through real Ray Serve on simulated replicas; starts its "

@@ -66,6 +66,7 @@ Complexity: O(n * R) (one prefix walk for the estimates).
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from typing import Callable, Sequence
 
@@ -97,7 +98,7 @@ class MemoryWait:
         drop_after_s: float,
         per_cached: float = 0.0,
         cached_max_s: float = 0.0,
-        clock: Callable[[], float] = lambda: 0.0,
+        clock: Callable[[], float] = time.monotonic,
         max_tracked: int = 10_000,
     ):
         if drop_after_s <= 0.0:
