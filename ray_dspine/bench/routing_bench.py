@@ -43,6 +43,7 @@ import httpx
 from pydantic import ValidationError
 
 from ray_dspine.cli_errors import CliError, cli_errors, flag_error
+from ray_dspine.engines.simulated.profile import available_profiles
 
 from .client import ClientSettings, StreamingClient
 from .records import RequestRecord
@@ -108,7 +109,7 @@ FLAG_OF_FIELD = {
     "min_uncached_tokens": "--prefill-pacing-tokens", "piece_tokens": "--prefill-pacing-piece-tokens",
     "prefill_pacing": "--prefill-pacing-piece-tokens", "yield_fraction": "--prefill-pacing-yield",
     "prefill_pacing_routers": "--prefill-pacing-routers", "stream_batch_interval_ms": "--stream-batch-ms",
-    "radix_eviction_policy": "--radix-eviction-policy",
+    "radix_eviction_policy": "--radix-eviction-policy", "profile": "--engine-profile",
 }  # fmt: skip
 CHECK_COUNTERS = ("num_submitted", "num_admitted", "num_finished", "num_prefix_hit_tokens", "num_prefill_tokens",
                   "num_output_tokens", "num_waited_for_memory", "num_waited_for_state_slots")  # fmt: skip
@@ -162,6 +163,13 @@ def register(subparsers) -> None:
         "--chunked-prefill-size", type=int, default=None, metavar="TOKENS",
         help="the replicas' prompt tokens per prefill pass, as SGLang's --chunked-prefill-size (8192 on an H200; "
         "default and 0: each prompt prefills in one pass)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--engine-profile", default=None, choices=available_profiles(), metavar="NAME",
+        help="the replicas' simulated timing profile (engines/simulated/profiles: "
+        + ", ".join(available_profiles())
+        + "; default h200-qwen3.8-27b-attention, whose prompts pay for their attention as measured on an H200; "
+        "h200-qwen3.8-27b prices every prompt token alike, as the receipts recorded before it did)",
     )  # fmt: skip
     parser.add_argument(
         "--radix-eviction-policy", default=None, choices=["lru", "slru", "lfu"],
@@ -255,6 +263,7 @@ def settings_from_args(args) -> RoutingBenchSettings:
         "backlog_source": args.backlog,
         "schedule_policy": args.schedule_policy,
         "radix_eviction_policy": args.radix_eviction_policy,
+        "profile": args.engine_profile,
         "hicache_host_tokens": args.hicache_host_tokens,
         "hicache_store_tokens": args.hicache_store_tokens,
         "hicache_write_policy": args.hicache_write_policy,

@@ -57,7 +57,7 @@ def replay_slowest(
     records: Sequence[RequestRecord],
     floors_sim_s: dict[str, float],
     engine_time_scale: float,
-    prefill_s: Callable[[int], float],
+    prefill_s: Callable[[int, int], float],
     count: int,
 ) -> dict:
     """One replay's entry: repeat, served requests, p99 (simulated s) and its `count` slowest rows."""
@@ -78,7 +78,7 @@ def slowest_by_router(
     records: dict[str, list[RequestRecord]],
     floors_sim_s: dict[str, float],
     engine_time_scale: float,
-    prefill_s: Callable[[int], float],
+    prefill_s: Callable[[int, int], float],
     count: int,
 ) -> dict[str, list[dict]]:
     """router -> one `replay_slowest` entry per repeat, in repeat order."""

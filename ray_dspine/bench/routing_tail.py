@@ -5,8 +5,8 @@ Rules (simulated seconds; one replay of n requests, virtual or through Ray: rout
               the values at floor(x) and ceil(x): the (n - floor(x))-th and (n - ceil(x))-th slowest
               (rank 1 = slowest). With n = 419 that is ranks 5 and 6.
   slowest     the N requests with the largest TTFT, slowest first (ties: the earlier sent first).
-  own prefill p(q) = prefill_step_ms(prompt(q) - cached(q)) / 1000, cached(q) = the prompt tokens its engine
-              served from cache: the length of q's own prefill step (step_model.py).
+  own prefill p(q) = t_alone(prompt(q) - cached(q), cached(q)) / 1000, cached(q) = the prompt tokens its
+              engine served from cache: the length of q's own prefill (step_model.py).
   waited      w(q) = max(0, ttft(q) - p(q)): from q's arrival at the router to the start of its prefill step.
   lost cache  l(q) = max(0, p(q) - floor(q)): prefill q ran that the floor's ideal cache would have saved
               (None without a floor).
@@ -76,21 +76,26 @@ def p99_ranks(num_requests: int) -> tuple[int, ...]:
     return (low,) if low == high else (low, high)
 
 
+def _own_prefill_s(r: ServedRequest, prefill_s: Callable[[int, int], float]) -> float:
+    return prefill_s(r.prompt_tokens - r.cached_tokens, r.cached_tokens)
+
+
 def slowest_requests(
     served: Sequence[ServedRequest],
-    prefill_s: Callable[[int], float],
+    prefill_s: Callable[[int, int], float],
     count: int,
     near_floor_s: float = NEAR_FLOOR_S,
 ) -> list[SlowRequest]:
-    """The `count` slowest of `served` (rules above); `prefill_s(uncached_tokens)` is a prefill step's seconds."""
+    """The `count` slowest of `served` (rules above); `prefill_s(uncached_tokens, cached_tokens)` is a prompt's
+    prefill in seconds."""
     if count < 1:
         raise ValueError(f"count must be >= 1, got {count}")
-    steps = {r.request_id: (r.first_token_s - prefill_s(r.prompt_tokens - r.cached_tokens), r) for r in served}
+    steps = {r.request_id: (r.first_token_s - _own_prefill_s(r, prefill_s), r) for r in served}
     ranked = sorted(served, key=lambda r: (-(r.first_token_s - r.sent_s), r.sent_s))
     out = []
     for rank, q in enumerate(ranked[:count], start=1):
         ttft = q.first_token_s - q.sent_s
-        own = prefill_s(q.prompt_tokens - q.cached_tokens)
+        own = _own_prefill_s(q, prefill_s)
         start = steps[q.request_id][0]
         waited = max(0.0, ttft - own)
         lost = None if q.floor_s is None else max(0.0, own - q.floor_s)

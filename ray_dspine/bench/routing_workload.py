@@ -14,8 +14,8 @@ turns by the same factor). Traces without timestamps (tau-bench) start sessions 
 TTFT floor (what no router can beat): with no queueing and an ideal prefix cache holding every block
 any earlier request of the slice sent, request i (P_i prompt tokens as the ingress estimates them,
 B = 512-token blocks, h_i = leading blocks of its prompt seen before, capped at floor((P_i - 1) / B))
-needs its own prefill alone: floor_i = t_alone(P_i - h_i * B, C) (step_model.py: one base step per chunk
-of C = chunked_prefill_tokens tokens, one step when unchunked).
+needs its own prefill alone: floor_i = t_alone(P_i - h_i * B, C, h_i * B) (step_model.py: one base step per
+chunk of C = chunked_prefill_tokens tokens, one step when unchunked; its new tokens attend the cached ones).
 Prefix-hit ceiling (what no router can beat either): the same ideal cache's hit rate,
     hit_ceiling = sum_i h_i * B / sum_i P_i,
 and the part of it a conversation's own earlier turns give: the same with h_i counted over the blocks
@@ -129,7 +129,11 @@ class RoutingBenchSettings(BaseModel):
         "Ray Serve LLM's 50 ms; 0: every chunk as the engine makes it).",
     )
     capacity: CapacityConfig = Field(default_factory=dspine_h200_capacity, description="The GPU each replica models.")
-    profile: str = Field(default="h200-qwen3.8-27b", description="Simulated timing profile.")
+    profile: str = Field(
+        default="h200-qwen3.8-27b-attention",
+        description="Simulated timing profile: the H200's, with long prompts' attention as measured on an H200 "
+        "(docs/calibration/); h200-qwen3.8-27b prices every prompt token alike.",
+    )
     workload: str = Field(default="swe-bench-pro-xhigh", description="Acceptance figures to draw from.")
     drafter: Literal["dspine", "dflash2", "none"] = "dspine"
     schedule_policy: SchedulePolicy = Field(
@@ -256,12 +260,16 @@ def ingress_view(request: TraceRequest, client: ClientSettings) -> IngressView:
     )
 
 
-def bench_prefill_seconds(settings: RoutingBenchSettings) -> Callable[[int], float]:
-    """t_alone: a prompt's prefill on an idle replica, simulated seconds for so many uncached tokens, on the
-    bench's engine profile and chunk size."""
+def bench_prefill_seconds(settings: RoutingBenchSettings) -> Callable[[int, int], float]:
+    """t_alone: a prompt's prefill on an idle replica, simulated seconds for (uncached tokens, cached tokens),
+    on the bench's engine profile and chunk size."""
     profile = load_profile(settings.profile)
     chunk = settings.chunked_prefill_tokens
-    return lambda uncached_tokens: prefill_alone_ms(profile, uncached_tokens, chunk) / 1000.0
+
+    def prefill_s(uncached_tokens: int, cached_tokens: int = 0) -> float:
+        return prefill_alone_ms(profile, uncached_tokens, chunk, cached_tokens) / 1000.0
+
+    return prefill_s
 
 
 @dataclass(frozen=True)
@@ -320,7 +328,7 @@ def ttft_floors_by_request(
 
 def _floors(ideal: dict[str, IdealCache], settings: RoutingBenchSettings) -> dict[str, float]:
     prefill_s = bench_prefill_seconds(settings)
-    return {rid: prefill_s(i.prompt_tokens - i.hit_tokens) for rid, i in ideal.items()}
+    return {rid: prefill_s(i.prompt_tokens - i.hit_tokens, i.hit_tokens) for rid, i in ideal.items()}
 
 
 def prefix_hit_ceilings(requests: list[TraceRequest]) -> dict[str, float | None]:

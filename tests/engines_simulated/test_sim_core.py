@@ -151,6 +151,26 @@ def test_rule_prefix_hits_reduce_prefill_and_are_counted():
     assert counters.num_prefill_tokens == 10 + 2 + 4
 
 
+def test_rule_a_prefill_round_pays_for_what_its_tokens_attend_hit_and_earlier_chunks_included():
+    profile = round_profile().model_copy(
+        update={"prefill": PrefillModel(per_token_ms=0.1, per_token_context_ms=0.01)}
+    )
+    config = SimulatedEngineConfig(
+        profile="round", workload="full", drafter="none", total_kv_tokens=100, prefix_block_tokens=4,
+        chunked_prefill_tokens=8,
+    )  # fmt: skip
+    core = SimReplicaCore(config, profile, random.Random(0))
+    core.submit(req("a", 10, 1, ["h0", "h1"]), 0.0)
+    a = drain(core)
+    # rounds of 8 then 2 tokens: 20 + 0.8 + 0.01 * (0 + 1 + ... + 7 = 28) = 21.08 ms;
+    # 20 + 0.2 + 0.01 * (8 + 9 = 17) = 20.37 ms; first token at 41.45 ms
+    assert a[0].time_s == pytest.approx(0.04145)
+    t0 = core.now_s
+    core.submit(req("b", 10, 1, ["h0", "h1"]), t0)  # 8 tokens cached: its 2 new ones attend 8 and 9
+    b = drain(core)
+    assert b[0].time_s - t0 == pytest.approx(0.02037)  # 20 + 0.2 + 0.01 * 17
+
+
 def test_eviction_policy_reaches_the_cache_and_admitted_hits_are_counted():
     config = SimulatedEngineConfig(
         profile="round", workload="full", drafter="none", total_kv_tokens=100, prefix_block_tokens=4,

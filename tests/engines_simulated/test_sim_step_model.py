@@ -12,6 +12,7 @@ from ray_dspine.engines.simulated.profile import (
     load_profile,
 )
 from ray_dspine.engines.simulated.step_model import (
+    attended_pairs,
     decode_step_ms,
     prefill_alone_ms,
     prefill_step_ms,
@@ -59,6 +60,34 @@ def test_rule_a_chunked_prompt_alone_pays_one_base_step_per_chunk():
     assert prefill_alone_ms(round_profile(), 250, 100) == pytest.approx(85.0)
     assert prefill_alone_ms(round_profile(), 200, 100) == pytest.approx(60.0)  # exactly 2 passes
     assert prefill_alone_ms(round_profile(), 250) == pytest.approx(45.0)
+
+
+def test_rule_attended_pairs_count_what_each_new_token_attends():
+    # 3 new tokens after 10 in KV attend 10, 11 and 12 earlier tokens: 33 = 3 * 10 + 3 * 2 / 2
+    assert attended_pairs(10, 3) == 33
+    # a cold prompt of 4 tokens: 0 + 1 + 2 + 3 = 6; nothing new: 0
+    assert attended_pairs(0, 4) == 6
+    assert attended_pairs(50, 0) == 0
+
+
+def test_rule_prefill_adds_the_attended_pairs_at_their_rate():
+    p = round_profile().model_copy(update={"prefill": PrefillModel(per_token_ms=0.1, per_token_context_ms=0.01)})
+    # 20 + 0.1 * 500 + 0.01 * 1000 pairs = 80 ms; no pairs given: 70 ms as before
+    assert prefill_step_ms(p, 500, 1000) == pytest.approx(80.0)
+    assert prefill_step_ms(p, 500) == pytest.approx(70.0)
+
+
+def test_rule_a_prompt_alone_attends_its_cached_prefix_and_its_chunks_add_up_to_one_pass():
+    p = round_profile().model_copy(update={"prefill": PrefillModel(per_token_ms=0.1, per_token_context_ms=0.01)})
+    # 200 new tokens after 100 cached: pairs = 200 * 100 + 200 * 199 / 2 = 39,900 -> 399 ms;
+    # 3 passes of at most 100: 3 * 20 + 0.1 * 200 ... 2 passes: 2 * 20 + 20 + 399 = 459 ms
+    assert prefill_alone_ms(p, 200, 100, cached_tokens=100) == pytest.approx(459.0)
+    # the same two chunks priced one by one: (20 + 10 + 0.01 * (100*100 + 4950)) + (20 + 10 + 0.01 * (100*200 + 4950))
+    assert prefill_step_ms(p, 100, attended_pairs(100, 100)) + prefill_step_ms(
+        p, 100, attended_pairs(200, 100)
+    ) == pytest.approx(459.0)
+    # the shipped profiles' default: no context cost, as before the field existed
+    assert load_profile("h200-qwen3.8-27b").prefill.per_token_context_ms == 0.0
 
 
 def test_rule_reference_throughput_is_batch_times_acceptance_over_step_time():

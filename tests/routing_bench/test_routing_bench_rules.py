@@ -71,17 +71,22 @@ def test_rule_ttft_floor_counts_only_uncached_prompt_tokens():
     first = "a" * 4096
     second = first + "b" * 2048
     requests = [trace_request("r0", "s0", 0.0, first), trace_request("r1", "s1", 1.0, second)]
-    floors = ttft_floor_sim_s(requests, RoutingBenchSettings())
+    floors = ttft_floor_sim_s(requests, RoutingBenchSettings(profile="h200-qwen3.8-27b"))
     assert floors == pytest.approx([0.12917, 0.07797])
+    # The default profile adds 7.09e-7 ms per attended pair: the first prompt's 1,027 * 1,026 / 2 = 526,851
+    # pairs (0.37354 ms); the second's 515 new tokens after 1,024 cached, 515 * 1,024 + 515 * 514 / 2 = 659,715
+    # pairs (0.46774 ms).
+    floors = ttft_floor_sim_s(requests, RoutingBenchSettings())
+    assert floors == pytest.approx([0.12917 + 0.00037354, 0.07797 + 0.00046774])
 
 
 def test_rule_ttft_floor_pays_one_base_step_per_chunk():
     # 40,960 + 8 characters -> 10,243 tokens, nothing cached; in 4,096-token passes: 3 passes,
     # 0.1 * 10,243 + 3 * 26.47 = 1,103.71 ms (unchunked: one base step, 1,050.77 ms)
     requests = [trace_request("r0", "s0", 0.0, "a" * 40_960)]
-    chunked = RoutingBenchSettings(chunked_prefill_tokens=4096)
+    chunked = RoutingBenchSettings(chunked_prefill_tokens=4096, profile="h200-qwen3.8-27b")
     assert ttft_floor_sim_s(requests, chunked) == pytest.approx([1.10371])
-    assert ttft_floor_sim_s(requests, RoutingBenchSettings()) == pytest.approx([1.05077])
+    assert ttft_floor_sim_s(requests, RoutingBenchSettings(profile="h200-qwen3.8-27b")) == pytest.approx([1.05077])
 
 
 def test_rule_prefix_hit_ceiling_over_the_ideal_cache():

@@ -12,7 +12,8 @@ from ray_dspine.bench.routing_workload import RoutingBenchSettings
 from ray_dspine.bench.traces.model import TraceMessage, TraceRequest
 from ray_dspine.cli_errors import CliError
 
-SETTINGS = RoutingBenchSettings(num_replicas=2, routers=["cache_aware", "headroom"])
+# the linear H200 profile (every prompt token priced alike) keeps the hand arithmetic short
+SETTINGS = RoutingBenchSettings(num_replicas=2, routers=["cache_aware", "headroom"], profile="h200-qwen3.8-27b")
 
 
 def two_requests() -> list[TraceRequest]:

@@ -48,7 +48,7 @@ QUEUED = [record("r0", 0.0, 0.513385, prompt=10_003), record("r1", 0.05, 0.52797
 
 
 def test_rule_slowest_reads_the_queue_off_the_records():
-    prefill = bench_prefill_seconds(RoutingBenchSettings())
+    prefill = bench_prefill_seconds(RoutingBenchSettings(profile="h200-qwen3.8-27b"))
     entry = replay_slowest(QUEUED, {"r0": 1.02677, "r1": 0.12917}, 0.5, prefill, count=2)
     assert (entry["repeat"], entry["num_requests"]) == (0, 2)
     # p99, linear: 1.02677 + 0.99 * (1.05594 - 1.02677)
@@ -64,7 +64,7 @@ def test_rule_slowest_reads_the_queue_off_the_records():
 def test_rule_slowest_takes_one_replay_at_a_time():
     mixed = [record("a", 0.0, 0.1, prompt=10), record("b", 0.0, 0.1, prompt=10, repetition=1)]
     with pytest.raises(ValueError, match=r"got repetitions \[0, 1\]"):
-        replay_slowest(mixed, {}, 0.5, lambda tokens: 0.0, count=1)
+        replay_slowest(mixed, {}, 0.5, lambda uncached, cached: 0.0, count=1)
 
 
 def test_rule_slowest_by_router_keeps_repeat_order():
@@ -74,13 +74,13 @@ def test_rule_slowest_by_router_keeps_repeat_order():
             record("x", 0.0, 0.4, prompt=100, repetition=0),
         ],
     }
-    out = slowest_by_router(records, {}, 0.5, lambda tokens: 0.1, count=1)
+    out = slowest_by_router(records, {}, 0.5, lambda uncached, cached: 0.1, count=1)
     assert [entry["repeat"] for entry in out["headroom"]] == [0, 1]
     assert [entry["slowest"][0]["ttft_s"] for entry in out["headroom"]] == [pytest.approx(0.8), pytest.approx(0.4)]
 
 
 def test_rule_table_labels_each_repeat_and_ends_with_a_census():
-    prefill = bench_prefill_seconds(RoutingBenchSettings())
+    prefill = bench_prefill_seconds(RoutingBenchSettings(profile="h200-qwen3.8-27b"))
     floors = {"r0": 1.02677, "r1": 0.12917}
     lines = format_ray_slowest(slowest_by_router({"headroom": QUEUED}, floors, 0.5, prefill, 2))
     assert lines[0].startswith("slowest requests (simulated s = wall s / engine_time_scale")

@@ -10,8 +10,8 @@ from ray_dspine.bench.routing_workload import RoutingBenchSettings, ttft_floors_
 from ray_dspine.bench.traces.model import TraceMessage, TraceRequest
 
 
-def prefill_s(uncached_tokens: int) -> float:
-    """A round step model for hand-working: 0.5 s a step plus 1 ms a token."""
+def prefill_s(uncached_tokens: int, cached_tokens: int) -> float:
+    """A round step model for hand-working: 0.5 s a step plus 1 ms a token (the cached prefix costs nothing)."""
     return 0.5 + uncached_tokens / 1000
 
 
@@ -127,7 +127,7 @@ def test_replay_lists_a_request_queued_behind_a_long_prefill():
     # 26.47 + 0.1 * 10,003 = 1,026.77 ms over [0, 1.02677]; r1 (4,104 characters -> 1,027 tokens, 129.17 ms,
     # no block shared with r0) is sent at 0.1 and prefills over [1.02677, 1.15594]: TTFT 1.05594 s, of which
     # 0.92677 s waiting behind r0.
-    settings = RoutingBenchSettings(num_replicas=1)
+    settings = RoutingBenchSettings(num_replicas=1, profile="h200-qwen3.8-27b")
     requests = [trace_request("r0", 0.0, "a" * 40_000), trace_request("r1", 0.1, "b" * 4096)]
     floors = ttft_floors_by_request(requests, settings)
     f = replay_virtual(requests, settings, "headroom", engine_seed=0, floors_sim_s=floors, tail=2)

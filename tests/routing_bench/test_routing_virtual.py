@@ -17,7 +17,8 @@ from ray_dspine.bench.routing_workload import (
 from ray_dspine.bench.traces.loader import NAMED_TRACES, default_traces_dir
 from ray_dspine.bench.traces.model import TraceMessage, TraceRequest
 
-SETTINGS = RoutingBenchSettings(num_replicas=2)
+# the linear H200 profile (every prompt token priced alike) keeps the hand arithmetic short
+SETTINGS = RoutingBenchSettings(num_replicas=2, profile="h200-qwen3.8-27b")
 
 
 def trace_request(request_id: str, session: str, arrival_s: float, text: str) -> TraceRequest:
@@ -297,7 +298,7 @@ def test_rule_pacing_lets_a_request_arriving_mid_prompt_in_between_the_pieces():
     #            104 context + 9.80 draft + 0.0515 * 15 = 37.544 ms (the H200 profile), so r0 prefills
     #            307.32-385.29 -> TTFTs 385.29 and 92.11 ms
     requests = [trace_request("r0", "s0", 0.0, "a" * 8192), trace_request("r1", "s1", 0.1, "c" * 400)]
-    one = RoutingBenchSettings(num_replicas=1)
+    one = RoutingBenchSettings(num_replicas=1, profile="h200-qwen3.8-27b")
     paced = one.model_copy(
         update={"prefill_pacing": PrefillPacingConfig(min_uncached_tokens=1_000, piece_tokens=512)}
     )
@@ -346,7 +347,7 @@ def test_rule_figures_a_paced_request_with_a_cached_prefix_reports_that_prefix_o
     # rate must count them once, as on replicas that do not pace
     first = "a" * 4096
     requests = [trace_request("r0", "s0", 0.0, first), trace_request("r1", "s1", 10.0, first + "b" * 16_384)]
-    plain = RoutingBenchSettings(num_replicas=1, prefill_pacing=None)
+    plain = RoutingBenchSettings(num_replicas=1, prefill_pacing=None, profile="h200-qwen3.8-27b")
     paced = plain.model_copy(
         update={"prefill_pacing": PrefillPacingConfig(min_uncached_tokens=1_000, piece_tokens=512)}
     )

@@ -10,7 +10,9 @@ Rules (times in simulated seconds; the caller advances time explicitly, the core
                  first token at the round's end, else
                - one decode step over every decoding request (continuous batching): a verify step
                  (k in 1..D tokens each, see acceptance.py) while the drafter is active, otherwise an
-                 autoregressive step (1 token each); durations from step_model.py.
+                 autoregressive step (1 token each); durations from step_model.py, a prefill
+                 round's attended pairs counted per request from the KV it has so far (its hit and
+                 its earlier rounds).
              Requests arriving mid-step join at the next step boundary.
   admission: first come first served (shortest-prefill-first: in that policy's order, by uncached
              tokens as the cache stands now, then arrival); the head blocks those behind it;
@@ -71,7 +73,12 @@ from ray_dspine.engines.simulated.prefill_rounds import PrefillWork, plan_round,
 from ray_dspine.engines.simulated.prefix_cache import PrefixCache
 from ray_dspine.engines.simulated.profile import SimProfile
 from ray_dspine.engines.simulated.request import RunningRequest, SimCounters, SimEvent, SimEventKind, SimRequest
-from ray_dspine.engines.simulated.step_model import decode_step_ms, prefill_step_ms, verify_step_ms
+from ray_dspine.engines.simulated.step_model import (
+    attended_pairs,
+    decode_step_ms,
+    prefill_step_ms,
+    verify_step_ms,
+)
 
 
 # Time constant (simulated seconds) of the prefill share behind decode_step_ms, and its cap.
@@ -263,7 +270,8 @@ class SimReplicaCore:
         if self._prefilling:
             plan = self._plan_prefill_round()
             tokens = tuple(n for _, n in plan)
-            ms = prefill_step_ms(self.profile, sum(tokens)) + self._load_ms(rid for rid, _ in plan)
+            pairs = sum(self._attended_pairs(rid, n) for rid, n in plan)
+            ms = prefill_step_ms(self.profile, sum(tokens), pairs) + self._load_ms(rid for rid, _ in plan)
             kind, ids = "prefill", [rid for rid, _ in plan]
         elif self._decoding:
             n = len(self._decoding)
@@ -277,6 +285,12 @@ class SimReplicaCore:
         else:
             return
         self._step = _Step(kind=kind, start_s=t, end_s=t + ms / 1000.0, request_ids=ids, tokens=tokens)
+
+    def _attended_pairs(self, rid: str, num_tokens: int) -> int:
+        """What a round's num_tokens of this request attend (step_model pairs): its KV so far is its hit
+        (device and tiers) and what earlier rounds prefilled."""
+        run = self._prefilling[rid]
+        return attended_pairs(run.cached_tokens + run.prefilled_tokens, num_tokens)
 
     def _load_ms(self, request_ids) -> float:
         """Loading from the HiCache tiers, paid in a request's first prefill round."""

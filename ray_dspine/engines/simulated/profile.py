@@ -39,11 +39,18 @@ class DecodeModel(BaseModel):
 
 
 class PrefillModel(BaseModel):
-    """t_prefill = decode.base_ms + per_token_ms * uncached_prompt_tokens."""
+    """t_prefill = decode.base_ms + per_token_ms * uncached tokens + per_token_context_ms * attended pairs
+    (step_model.py)."""
 
     model_config = ConfigDict(extra="forbid")
 
     per_token_ms: float = Field(ge=0, description="Compute per uncached prompt token.")
+    per_token_context_ms: float = Field(
+        default=0.0,
+        ge=0,
+        description="Added per uncached token per earlier token of its prompt it attends (causal attention); "
+        "0: prefill is linear in the uncached tokens.",
+    )
 
 
 class DrafterProfile(BaseModel):

@@ -5,11 +5,14 @@ Rules (all times in ms; n = requests in the batch, C = their context tokens in a
       t_decode(n, C) = base_ms + per_running_ms * n + per_kv_token_ms * C
   verify  (one drafted block per request, 1..D tokens per request):
       t_verify(n, C, D) = t_decode(n, C) + draft_ms + verify_per_token_ms * n * (D - 1)
-  prefill (one forward pass over P_u uncached prompt tokens, of one or several requests; cached
-           context is free):
-      t_prefill(P_u) = base_ms + per_token_ms * P_u
-  a prompt alone, chunked into passes of at most B tokens (B = None: one pass):
-      t_alone(P_u, B) = t_prefill(P_u) + (ceil(P_u / B) - 1) * base_ms
+  prefill (one forward pass over P_u uncached prompt tokens, of one or several requests):
+      t_prefill(P_u, A) = base_ms + per_token_ms * P_u + per_token_context_ms * A
+  attended pairs of one request's u uncached tokens after c tokens of its prompt already in KV
+  (cached, or prefilled in an earlier pass): token j (0-based in the prompt) attends the j before it,
+      pairs(c, u) = sum_{j=c}^{c+u-1} j = u * c + u * (u - 1) / 2;   A = the sum over the pass's requests
+  a prompt alone, chunked into passes of at most B tokens (B = None: one pass), c tokens cached:
+      t_alone(P_u, B, c) = t_prefill(P_u, pairs(c, P_u)) + (ceil(P_u / B) - 1) * base_ms
+      (the passes' pairs add up to those of one pass over the whole)
   reference throughput of a full batch with acceptance length a:  n * a / t.
 Parameters: n in [0, max_running_requests]; C >= 0 tokens; D in [1, 64]; coefficients >= 0 (profile).
 Complexity: O(1) per call.
@@ -34,14 +37,23 @@ def verify_step_ms(profile: SimProfile, drafter: DrafterProfile, num_running: in
     )
 
 
-def prefill_step_ms(profile: SimProfile, uncached_prompt_tokens: int) -> float:
-    return profile.decode.base_ms + profile.prefill.per_token_ms * uncached_prompt_tokens
+def attended_pairs(context_tokens: int, uncached_tokens: int) -> int:
+    """pairs(c, u): what u tokens after c tokens of their prompt attend, summed over the u tokens."""
+    return uncached_tokens * context_tokens + uncached_tokens * (uncached_tokens - 1) // 2
 
 
-def prefill_alone_ms(profile: SimProfile, uncached_prompt_tokens: int, chunk_tokens: int | None = None) -> float:
+def prefill_step_ms(profile: SimProfile, uncached_prompt_tokens: int, pairs: int = 0) -> float:
+    p = profile.prefill
+    return profile.decode.base_ms + p.per_token_ms * uncached_prompt_tokens + p.per_token_context_ms * pairs
+
+
+def prefill_alone_ms(
+    profile: SimProfile, uncached_prompt_tokens: int, chunk_tokens: int | None = None, cached_tokens: int = 0
+) -> float:
     """t_alone: the prompt's prefill on an idle replica, one base step per chunk."""
     num_passes = 1 if chunk_tokens is None else max(1, -(-uncached_prompt_tokens // chunk_tokens))
-    return prefill_step_ms(profile, uncached_prompt_tokens) + (num_passes - 1) * profile.decode.base_ms
+    pairs = attended_pairs(cached_tokens, uncached_prompt_tokens)
+    return prefill_step_ms(profile, uncached_prompt_tokens, pairs) + (num_passes - 1) * profile.decode.base_ms
 
 
 def reference_output_tok_s(profile: SimProfile, drafter: DrafterProfile | None, accept_length: float = 1.0) -> float:
