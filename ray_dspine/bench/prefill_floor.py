@@ -25,6 +25,10 @@ full/linear layer counts, C the chunk of --chunked-prefill-size tokens; SGLang f
   fit:    the least-squares a, b of floor(N) ~ a*N + b*N^2 over the timed lengths (two normal equations),
           so a profile can add b as a per-token, per-context-token cost.
   ratio:  floor(N) / (per_token_ms * N) at each timed length, for a profile's per_token_ms.
+  verify: a speculative verify step runs every layer's products and the logits on n * D query tokens
+          (n requests, D draft tokens each) where a decode step runs them on n; what the n * (D - 1)
+          extra tokens add is products(n * D) - products(n), against a profile's
+          verify_per_token_ms * n * (D - 1).
 Parameters: shapes from a Hugging Face config (or its text_config); C >= 1; lengths >= 1.
 Complexity: O(number of timed lengths).
 """
@@ -149,6 +153,19 @@ def fit_linear_quadratic(points: list[tuple[int, float]]) -> tuple[float, float]
     if det == 0:
         raise ValueError("the fit needs at least two distinct lengths")
     return (y1 * s4 - y2 * s3) / det, (s2 * y2 - s3 * y1) / det
+
+
+def forward_products_ms(s: HybridShape, full_layer_ms: float, linear_layer_ms: float, logits_ms: float) -> float:
+    """Every layer's products and the logits of one forward, from one layer of each kind timed."""
+    return s.full_layers * full_layer_ms + s.linear_layers * linear_layer_ms + logits_ms
+
+
+def verify_extra(decode_ms: float, verify_ms: float, num_requests: int, draft_tokens: int, per_token_ms: float) -> dict:
+    """Rule `verify`: the measured extra of a verify step's products and what a profile charges for it."""
+    return {
+        "measured_ms": verify_ms - decode_ms,
+        "profile_ms": per_token_ms * num_requests * (draft_tokens - 1),
+    }
 
 
 def summarize(

@@ -9,7 +9,8 @@ times, with CUDA events, the median of --reps runs after --warmup:
     (bf16, three copies of the weights taken in turn, so the cache never holds them);
   - causal self-attention of one full layer at each of --lengths (PyTorch's kernel named by
     --attention-backend, flash by default; KV heads repeated to the query heads);
-  - the same products at --decode-batch tokens plus the logits, the weights one decode step reads.
+  - the same products at --decode-batch tokens plus the logits, the weights one decode step reads, and
+    at --decode-batch x --draft-tokens tokens, what a speculative verify step runs.
 Then prints and writes the figures of `prefill_floor.summarize`, the decode floor beside the
 profile's step at that batch, and what ran where. On a machine without CUDA it runs on the CPU
 (for a smoke test of a small config; the figures then say nothing about a GPU).
@@ -26,11 +27,13 @@ from pathlib import Path
 
 from ray_dspine.bench.prefill_floor import (
     HybridShape,
+    forward_products_ms,
     full_layer_gemms,
     gemm_flops,
     linear_layer_gemms,
     load_shape,
     summarize,
+    verify_extra,
 )
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "capacity" / "profiles" / "qwen3.8-27b.json"
@@ -38,6 +41,8 @@ DEFAULT_LENGTHS = "8192,16384,32768,65536,98304,131072"
 H200_PREFILL_PER_TOKEN_MS = 0.1  # h200-qwen3.8-27b.yaml prefill.per_token_ms
 H200_DECODE_BASE_MS = 26.47  # h200-qwen3.8-27b.yaml decode.base_ms
 H200_DECODE_PER_RUNNING_MS = 0.5  # h200-qwen3.8-27b.yaml decode.per_running_ms
+H200_VERIFY_PER_TOKEN_MS = 0.0515  # h200-qwen3.8-27b.yaml verify_per_token_ms
+DSPINE_DRAFT_TOKENS = 16  # h200-qwen3.8-27b.yaml drafters.dspine.draft_tokens
 WEIGHT_COPIES = 3
 
 
@@ -141,15 +146,24 @@ def measure(args: argparse.Namespace) -> dict:
         if device == "cuda":
             torch.cuda.empty_cache()
     batch = args.decode_batch
-    decode_full = time_ms(_layer_runner(torch, full_layer_gemms(s), batch, device, dtype))
-    decode_linear = time_ms(_layer_runner(torch, linear_layer_gemms(s), batch, device, dtype))
-    vocab = s.vocab
-    logits = time_ms(_layer_runner(torch, [(s.hidden, vocab)], batch, device, dtype)) if vocab else 0.0
-    decode_floor = s.full_layers * decode_full + s.linear_layers * decode_linear + logits
+
+    def forward_ms(tokens: int) -> float:
+        full = time_ms(_layer_runner(torch, full_layer_gemms(s), tokens, device, dtype))
+        linear = time_ms(_layer_runner(torch, linear_layer_gemms(s), tokens, device, dtype))
+        logits = time_ms(_layer_runner(torch, [(s.hidden, s.vocab)], tokens, device, dtype)) if s.vocab else 0.0
+        return forward_products_ms(s, full, linear, logits)
+
+    decode_floor = forward_ms(batch)
+    verify_tokens = batch * args.draft_tokens
+    verify = verify_extra(
+        decode_floor, forward_ms(verify_tokens), batch, args.draft_tokens, args.profile_verify_per_token_ms
+    )
+    say(f"[prefill-floor] products of a forward: {decode_floor:.2f} ms at {batch} tokens, "
+        f"{decode_floor + verify['measured_ms']:.2f} ms at {verify_tokens}")  # fmt: skip
     weight_bytes = (
         s.full_layers * gemm_flops(full_layer_gemms(s), 1) / 2
         + s.linear_layers * gemm_flops(linear_layer_gemms(s), 1) / 2
-        + s.hidden * vocab
+        + s.hidden * s.vocab
     ) * (2 if dtype == torch.bfloat16 else 4)
     summary = summarize(s, args.chunk, full_ms, linear_ms, attention, args.profile_per_token_ms)
     summary.update(
@@ -167,6 +181,9 @@ def measure(args: argparse.Namespace) -> dict:
             "decode_weight_gb": weight_bytes / 1e9,
             "decode_weight_tb_s": weight_bytes / (decode_floor / 1000.0) / 1e12 if decode_floor > 0 else None,
             "profile_decode_ms": args.profile_decode_base_ms + args.profile_decode_per_running_ms * batch,
+            "draft_tokens": args.draft_tokens,
+            "verify_extra_ms": verify["measured_ms"],
+            "profile_verify_extra_ms": verify["profile_ms"],
         }
     )
     return summary
@@ -198,6 +215,10 @@ def report(summary: dict) -> str:
         f"({summary['decode_weight_gb']:.1f} GB at {summary['decode_weight_tb_s'] or 0:.2f} TB/s) against the "
         f"profile's {summary['profile_decode_ms']:.2f} ms step (before KV)"
     )
+    lines.append(
+        f"  verify of {summary['draft_tokens']} draft tokens a request: the extra query tokens' products add "
+        f"{summary['verify_extra_ms']:.2f} ms against the profile's {summary['profile_verify_extra_ms']:.2f} ms"
+    )
     return "\n".join(lines)
 
 
@@ -213,6 +234,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="PyTorch's attention kernel to time (CUDA only)",
     )
     p.add_argument("--decode-batch", type=int, default=8, help="requests in the decode step timed")
+    p.add_argument(
+        "--draft-tokens", type=int, default=DSPINE_DRAFT_TOKENS, help="query tokens a request sends to a verify step"
+    )
+    p.add_argument("--profile-verify-per-token-ms", type=float, default=H200_VERIFY_PER_TOKEN_MS)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--reps", type=int, default=10)
     p.add_argument("--profile-per-token-ms", type=float, default=H200_PREFILL_PER_TOKEN_MS)
@@ -221,7 +246,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--cpu", action="store_true", help="run on the CPU even where CUDA is there")
     p.add_argument("--out", type=Path, help="also write the figures as JSON here")
     args = p.parse_args(argv)
-    for name in ("chunk", "decode_batch", "reps"):
+    for name in ("chunk", "decode_batch", "draft_tokens", "reps"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
     if not args.config.is_file():

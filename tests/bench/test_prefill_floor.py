@@ -9,6 +9,7 @@ from ray_dspine.bench.prefill_floor import (
     attention_ms,
     fit_linear_quadratic,
     floor_ms,
+    forward_products_ms,
     full_layer_gemms,
     gemm_flops,
     gemm_ms_per_token,
@@ -17,6 +18,7 @@ from ray_dspine.bench.prefill_floor import (
     scan_flops_per_token,
     shape_from_config,
     summarize,
+    verify_extra,
 )
 from ray_dspine.bench.prefill_floor_gpu import DEFAULT_CONFIG, main
 
@@ -103,6 +105,14 @@ def test_rule_ratio_against_the_profile():
     assert (out["fit_per_token_ms"], out["fit_per_token_squared_ms"]) == (pytest.approx(1.99), pytest.approx(3e-4))
 
 
+def test_rule_verify_is_the_extra_query_tokens_products_against_the_profile():
+    # a forward: 2 full layers * 1.5 ms + 2 linear * 0.5 ms + 0.25 ms of logits = 4.25 ms
+    assert forward_products_ms(tiny(), 1.5, 0.5, 0.25) == pytest.approx(4.25)
+    # 8 requests, 16 draft tokens: measured 14.0 - 10.0 = 4 ms; the profile charges 0.05 * 8 * 15 = 6 ms
+    out = verify_extra(10.0, 14.0, 8, 16, 0.05)
+    assert out == {"measured_ms": pytest.approx(4.0), "profile_ms": pytest.approx(6.0)}
+
+
 def test_cli_runs_on_the_cpu_and_writes_its_figures(tmp_path, capsys):
     config = tmp_path / "config.json"
     config.write_text(json.dumps(TINY))
@@ -112,6 +122,8 @@ def test_cli_runs_on_the_cpu_and_writes_its_figures(tmp_path, capsys):
     figures = json.loads(out.read_text())
     assert figures["device"] == "cpu" and [r["prompt_tokens"] for r in figures["by_length"]] == [16, 32]
     assert figures["gemm_ms_per_token"] > 0 and figures["decode_floor_ms"] > 0
+    # the default DSpine block: 16 query tokens a request, charged 0.0515 ms each beyond the first
+    assert figures["draft_tokens"] == 16 and figures["profile_verify_extra_ms"] == pytest.approx(0.0515 * 8 * 15)
     assert "every figure MEASURED" in capsys.readouterr().out
 
 
@@ -119,6 +131,9 @@ def test_cli_names_the_bad_flag(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["--lengths", "a,b"])
     assert "--lengths: expected comma-separated token counts" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--draft-tokens", "0"])
+    assert "--draft-tokens must be at least 1" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["--config", str(tmp_path / "missing.json")])
     assert "--config: no file at" in capsys.readouterr().err
