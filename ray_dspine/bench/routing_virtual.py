@@ -80,7 +80,14 @@ from .client import ClientSettings
 from .routing_hit_loss import HitLoss, PlacedRequest, hit_loss
 from .routing_order_bound import order_bound_p99
 from .routing_tail import ServedRequest, SlowRequest, slowest_requests
-from .routing_workload import BENCH_MODEL, RoutingBenchSettings, bench_app_config, bench_prefill_seconds, ingress_view
+from .routing_workload import (
+    BENCH_MODEL,
+    RoutingBenchSettings,
+    bench_app_config,
+    bench_pacing,
+    bench_prefill_seconds,
+    ingress_view,
+)
 from .traces.model import TraceRequest
 
 # Simulated seconds between offers of a request the router made wait (Ray backs off 25 ms to 0.5 s).
@@ -182,7 +189,7 @@ class _Replay:
         self.backlog_source = settings.backlog_source
         assumed_rate = RouterConfig().default_prefill_tokens_per_s
         self.backlogs = [PrefillBacklog(lambda: self.now, default_tokens_per_s=assumed_rate) for _ in range(self.n)]
-        pacing = settings.prefill_pacing if policy in settings.prefill_pacing_routers else None
+        pacing = bench_pacing(settings, policy)
         self.pacers = [PrefillPacer(pacing) for _ in range(self.n)] if pacing is not None else None
         self.paced: dict[int, PacedPrefill] = {}  # turn index -> its pacing (rule `pacing`)
         self.unpermitted: set[int] = set()  # requests the router gave no pacing permit (Decision.pace)

@@ -28,8 +28,9 @@ max_ongoing_requests = the plan's running-request limit, chunks merged over `str
 p under test, its GPU-second defaults (ttft_tolerance_s, ttft_tolerance_cached_max_s,
 memory_wait_tolerance_s, latency_slack_s, ttft_indifference_s) times engine_time_scale; and, for the
 routers in `prefill_pacing_routers` (ours by default), replicas that pace long prompts
-(`prefill_pacing`, engines/prefill_pacing.py; the baselines' replicas run as SGLang does, under SGLang
-Model Gateway or Ray's router). Nothing else differs between routers.
+(`prefill_pacing`, engines/prefill_pacing.py, timed by the profile's prefill rate and attention cost;
+the baselines' replicas run as SGLang does, under SGLang Model Gateway or Ray's router). Nothing else
+differs between routers.
 Complexity: O(n log n) for n trace requests; the floor and the hit ceiling O(total prompt characters).
 """
 
@@ -395,6 +396,18 @@ def gpu_seconds_in_wall_time(engine_time_scale: float) -> dict[str, float]:
     }
 
 
+def bench_pacing(settings: RoutingBenchSettings, policy: str) -> PrefillPacingConfig | None:
+    """Paced prefill of this router's replicas (App rule): None unless the router is in
+    prefill_pacing_routers; its prefill rate and attention cost are the bench profile's."""
+    if settings.prefill_pacing is None or policy not in settings.prefill_pacing_routers:
+        return None
+    prefill = load_profile(settings.profile).prefill
+    update = {"attention_ms_per_pair": prefill.per_token_context_ms}
+    if prefill.per_token_ms > 0:
+        update["prefill_tokens_per_s"] = 1000.0 / prefill.per_token_ms
+    return settings.prefill_pacing.model_copy(update=update)
+
+
 def bench_app_config(settings: RoutingBenchSettings, policy: PolicyName) -> AppConfig:
     """The app for one router: identical for every policy except `router.policy` and paced prefill (App rule)."""
     engine = SimulatedEngineConfig(
@@ -409,7 +422,7 @@ def bench_app_config(settings: RoutingBenchSettings, policy: PolicyName) -> AppC
         radix_eviction_policy=settings.radix_eviction_policy,
         hicache_host_tokens=settings.hicache_host_tokens,
         hicache_write_policy=settings.hicache_write_policy,
-        prefill_pacing=settings.prefill_pacing if policy in settings.prefill_pacing_routers else None,
+        prefill_pacing=bench_pacing(settings, policy),
     )
     router = RouterConfig(
         policy=policy,

@@ -15,11 +15,15 @@ Rules (B = prefix_block_tokens; C = piece_tokens, a multiple of B; times in seco
   pieces(q)      = b_j = floor(cached(q) / B) * B + j * C  for j = 1, 2, ... while prompt_tokens(q) - b_j >= C / 2
                    (prefix lengths, block-aligned; the request itself, sent last, prefills the final
                    C / 2 to 3C / 2 tokens); no piece at all -> not long
-  budget_s(q)    = yield_fraction * uncached(q) / prefill_tokens_per_s
+  own_s(a, b)    = (b - a) / prefill_tokens_per_s + attention_ms_per_pair * pairs(a, b - a) / 1000
+                   (the prefill of prompt tokens a..b on their own, the first a in KV; pairs:
+                   engines/attention_cost.py; without the attention term a late piece, which attends the
+                   whole prefix before it, looks held up by others for its own attention)
+  budget_s(q)    = yield_fraction * own_s(cached(q), prompt_tokens(q))
                    (how much of other requests' work q lets ahead of it, in seconds of its own delay)
   after piece j, sent at s_j and finished at t_j:
-                   yielded_s += max(0, (t_j - s_j) - (b_j - b_{j-1}) / prefill_tokens_per_s)   (b_0 = cached(q);
-                   a pass's fixed cost counts as yielded too, which only tightens the budget)
+                   yielded_s += max(0, (t_j - s_j) - own_s(b_{j-1}, b_j))   (b_0 = cached(q); a pass's
+                   fixed cost counts as yielded too, which only tightens the budget)
   next(q)        = the next piece while yielded_s < budget_s and pieces remain; else q itself, whole
                    (its prefix is now cached, so it prefills only what the pieces did not)
   cached_before  = cached(q): the prompt tokens the replica held when q arrived, where its pieces start
@@ -31,7 +35,7 @@ Rules (B = prefix_block_tokens; C = piece_tokens, a multiple of B; times in seco
                    (the budget still unspent, in tokens of others' prefill: queued_ahead = uncached tokens
                    of requests let in since the piece out was sent, which will run before the next piece;
                    measuring = those let in before it was sent, which its own time will count;
-                   waited = rate * max(0, (now - s_j) - (b_j - b_{j-1}) / rate), what the piece out has
+                   waited = rate * max(0, (now - s_j) - own_s(b_{j-1}, b_j)), what the piece out has
                    already taken beyond its own prefill, which piece_done will count: without it, a piece
                    held up for seconds behind the replica's earlier backlog left the budget looking whole
                    until it finished, and a request let in by the router's reading of it was held instead,
@@ -53,7 +57,7 @@ A paced prompt accepts about budget_s of delay (the check comes between pieces, 
 spends the budget may pass it); every request let in while it is paced waits for at most the piece
 under way, and every held request for the rest of the paced prompt, as it would without pacing.
 Parameters: min_uncached_tokens >= 1; piece_tokens >= B, a multiple of B; yield_fraction >= 0;
-prefill_tokens_per_s > 0.
+prefill_tokens_per_s > 0; attention_ms_per_pair >= 0.
 Complexity: O(prompt_tokens / C) to plan; O(1) per piece.
 """
 
@@ -64,6 +68,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from .attention_cost import attended_pairs
 
 
 # A paced prompt's piece is sent as request "<request id>/piece/<prefix tokens>".
@@ -90,6 +96,12 @@ class PrefillPacingConfig(BaseModel):
     )
     prefill_tokens_per_s: float = Field(
         default=10_000.0, gt=0.0, description="The replica's prefill rate, tokens/s (for the budget)."
+    )
+    attention_ms_per_pair: float = Field(
+        default=0.0,
+        ge=0.0,
+        description="The replica's attention cost per (new token, earlier prompt token) pair, ms (rule `own_s`; "
+        "7.09e-7 on an H200 for Qwen3.8-27B's shape, docs/calibration/); 0: prefill time linear in tokens.",
     )
     prefix_block_tokens: int = Field(default=512, ge=1, description="The prefix cache's block, tokens.")
     hold_long_prompts: bool = Field(
@@ -129,6 +141,7 @@ class PacedPrefill:
     budget_s: float
     rate: float
     pieces: list[int]
+    pair_s: float = 0.0  # attention seconds per attended pair (rule `own_s`)
     yielded_s: float = 0.0
     sent_s: float | None = None
     sent_tokens: int = 0
@@ -140,6 +153,12 @@ class PacedPrefill:
 
     def __post_init__(self) -> None:
         self.done_tokens = self.cached_before
+
+    def own_s(self, start_tokens: int, end_tokens: int) -> float:
+        """Rule `own_s`: prompt tokens start..end prefilled on their own, the first `start` in KV."""
+        return (end_tokens - start_tokens) / self.rate + self.pair_s * attended_pairs(
+            start_tokens, end_tokens - start_tokens
+        )
 
     def next_piece(self, now_s: float) -> int | None:
         """Rule `next`: the next piece's prefix length, sent now; None: send the request itself now."""
@@ -168,8 +187,7 @@ class PacedPrefill:
         """Rule `left`: the budget still unspent at `now_s`, in tokens of others' prefill (never negative)."""
         waited = 0.0
         if now_s is not None and self.sent_s is not None:
-            own_s = (self.sent_tokens - self.done_tokens) / self.rate
-            waited = max(0.0, (now_s - self.sent_s) - own_s) * self.rate
+            waited = max(0.0, (now_s - self.sent_s) - self.own_s(self.done_tokens, self.sent_tokens)) * self.rate
         ahead = max(waited, self.measuring_tokens) + self.queued_ahead_tokens
         return max(0, int((self.budget_s - self.yielded_s) * self.rate - ahead))
 
@@ -185,8 +203,7 @@ class PacedPrefill:
         """The piece sent last finished at `now_s`: count the time beyond its own prefill as yielded."""
         if self.sent_s is None:
             raise RuntimeError(f"{self.request_id}: piece_done without a piece out")
-        own_s = (self.sent_tokens - self.done_tokens) / self.rate
-        self.yielded_s += max(0.0, (now_s - self.sent_s) - own_s)
+        self.yielded_s += max(0.0, (now_s - self.sent_s) - self.own_s(self.done_tokens, self.sent_tokens))
         self.done_tokens = self.sent_tokens
         self.sent_s = None
         self.measuring_tokens = 0
@@ -273,8 +290,12 @@ class PrefillPacer:
         pieces = plan_pieces(prompt_tokens, cached_tokens, cfg.piece_tokens, cfg.prefix_block_tokens)
         if not pieces:  # rule `long`: no piece, not long
             return None
-        budget_s = cfg.yield_fraction * uncached / cfg.prefill_tokens_per_s
-        self._active = PacedPrefill(request_id, prompt_tokens, cached_tokens, budget_s, cfg.prefill_tokens_per_s, pieces)
+        paced = PacedPrefill(
+            request_id, prompt_tokens, cached_tokens, 0.0, cfg.prefill_tokens_per_s, pieces,
+            pair_s=cfg.attention_ms_per_pair / 1000.0,
+        )  # fmt: skip
+        paced.budget_s = cfg.yield_fraction * paced.own_s(cached_tokens, prompt_tokens)
+        self._active = paced
         return self._active
 
     def finish(self, request_id: str) -> list[str]:

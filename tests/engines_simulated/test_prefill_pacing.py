@@ -6,9 +6,14 @@ from pydantic import ValidationError
 from ray_dspine.engines.prefill_pacing import PacedPrefill, PrefillPacer, PrefillPacingConfig, plan_pieces
 
 
-def pacer(min_uncached_tokens: int = 40_000, yield_fraction: float = 0.5) -> PrefillPacer:
+def pacer(
+    min_uncached_tokens: int = 40_000, yield_fraction: float = 0.5, attention_ms_per_pair: float = 0.0
+) -> PrefillPacer:
     return PrefillPacer(
-        PrefillPacingConfig(min_uncached_tokens=min_uncached_tokens, piece_tokens=16_384, yield_fraction=yield_fraction)
+        PrefillPacingConfig(
+            min_uncached_tokens=min_uncached_tokens, piece_tokens=16_384, yield_fraction=yield_fraction,
+            attention_ms_per_pair=attention_ms_per_pair,
+        )  # fmt: skip
     )
 
 
@@ -144,6 +149,22 @@ def test_rule_yielded_counts_a_pieces_time_beyond_its_own_prefill():
     # own (33,280 - 16,896) / 10,000 = 1.6384 s; it took 1.6 s: nothing more yielded (never negative)
     paced.piece_done(now_s=4.6)
     assert paced.yielded_s == pytest.approx(0.9104)
+
+
+def test_rule_own_s_adds_the_attention_a_piece_pays_over_the_prefix_before_it():
+    # 1e-6 ms a pair: tokens 10,000..20,000 attend 10,000 * 10,000 + 10,000 * 9,999 / 2 = 149,995,000 pairs,
+    # 0.149995 s on top of 1.0 s of tokens
+    paced = PacedPrefill("a", 60_000, cached_before=10_000, budget_s=10.0, rate=10_000.0, pieces=[20_000],
+                         pair_s=1e-9)  # fmt: skip
+    assert paced.own_s(10_000, 20_000) == pytest.approx(1.149995)
+    # so a piece that took exactly that long yielded nothing to others
+    assert paced.next_piece(now_s=0.0) == 20_000
+    paced.piece_done(now_s=1.149995)
+    assert paced.yielded_s == pytest.approx(0.0, abs=1e-9)
+    # the budget is the yield share of the whole prompt's own prefill, attention included: 50,000 tokens
+    # cold, 5 s + 1e-9 s * 50,000 * 49,999 / 2 = 5 + 1.249975 s; half of it 3.1249875 s
+    p = pacer(attention_ms_per_pair=1e-6)
+    assert p.start("b", 50_000, 0).budget_s == pytest.approx(3.1249875)
 
 
 def test_rule_next_is_the_request_itself_once_the_budget_is_spent_or_the_pieces_are_out():

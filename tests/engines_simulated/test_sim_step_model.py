@@ -2,6 +2,7 @@
 
 import pytest
 
+from ray_dspine.engines.attention_cost import attended_pairs
 from ray_dspine.engines.simulated.profile import (
     CalibrationPoint,
     DecodeModel,
@@ -12,7 +13,6 @@ from ray_dspine.engines.simulated.profile import (
     load_profile,
 )
 from ray_dspine.engines.simulated.step_model import (
-    attended_pairs,
     decode_step_ms,
     prefill_alone_ms,
     prefill_step_ms,
@@ -68,6 +68,8 @@ def test_rule_attended_pairs_count_what_each_new_token_attends():
     # a cold prompt of 4 tokens: 0 + 1 + 2 + 3 = 6; nothing new: 0
     assert attended_pairs(0, 4) == 6
     assert attended_pairs(50, 0) == 0
+    # passes over one prompt add up: 0..4 then 4..10 is 0..10 (45 = 6 + 39)
+    assert attended_pairs(0, 4) + attended_pairs(4, 6) == attended_pairs(0, 10) == 45
 
 
 def test_rule_prefill_adds_the_attended_pairs_at_their_rate():

@@ -19,6 +19,7 @@ from ray_dspine.bench.routing_results import (
 from ray_dspine.bench.routing_workload import (
     RoutingBenchSettings,
     bench_app_config,
+    bench_pacing,
     format_hit_ceiling,
     prefix_hit_ceilings,
     session_kept,
@@ -391,3 +392,15 @@ def test_rule_outside_replica_per_replay_and_printed():
     assert first.num_requests == 2 and first.max_s == pytest.approx(0.05) and second.num_requests == 0
     table = format_table({"headroom": f}, [])
     assert "headroom     replay 1: TTFT outside the replica" in table and "replay 2:" not in table
+
+
+def test_rule_app_paces_ours_replicas_at_the_profiles_prefill_rate_and_attention_cost():
+    settings = RoutingBenchSettings()
+    # h200-qwen3.8-27b-attention: 0.1 ms a token -> 10,000 tokens/s, 7.09e-7 ms a pair
+    pacing = bench_pacing(settings, "headroom")
+    assert pacing is not None and pacing.min_uncached_tokens == 80_000
+    assert (pacing.prefill_tokens_per_s, pacing.attention_ms_per_pair) == (pytest.approx(10_000.0), 7.09e-7)
+    assert bench_pacing(settings, "cache_aware") is None  # the baselines' replicas run as SGLang does
+    linear = bench_pacing(RoutingBenchSettings(profile="h200-qwen3.8-27b"), "headroom")
+    assert linear is not None and linear.attention_ms_per_pair == 0.0
+    assert bench_app_config(settings, "headroom").pools[0].engine.prefill_pacing == pacing

@@ -56,6 +56,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ray_dspine.engines.attention_cost import attended_pairs
 from ray_dspine.engines.protocol import EngineError, LoadSnapshot
 from ray_dspine.engines.simulated.acceptance import AcceptanceModel
 from ray_dspine.engines.simulated.admission import (
@@ -73,12 +74,7 @@ from ray_dspine.engines.simulated.prefill_rounds import PrefillWork, plan_round,
 from ray_dspine.engines.simulated.prefix_cache import PrefixCache
 from ray_dspine.engines.simulated.profile import SimProfile
 from ray_dspine.engines.simulated.request import RunningRequest, SimCounters, SimEvent, SimEventKind, SimRequest
-from ray_dspine.engines.simulated.step_model import (
-    attended_pairs,
-    decode_step_ms,
-    prefill_step_ms,
-    verify_step_ms,
-)
+from ray_dspine.engines.simulated.step_model import decode_step_ms, prefill_step_ms, verify_step_ms
 
 
 # Time constant (simulated seconds) of the prefill share behind decode_step_ms, and its cap.

@@ -7,9 +7,8 @@ Rules (all times in ms; n = requests in the batch, C = their context tokens in a
       t_verify(n, C, D) = t_decode(n, C) + draft_ms + verify_per_token_ms * n * (D - 1)
   prefill (one forward pass over P_u uncached prompt tokens, of one or several requests):
       t_prefill(P_u, A) = base_ms + per_token_ms * P_u + per_token_context_ms * A
-  attended pairs of one request's u uncached tokens after c tokens of its prompt already in KV
-  (cached, or prefilled in an earlier pass): token j (0-based in the prompt) attends the j before it,
-      pairs(c, u) = sum_{j=c}^{c+u-1} j = u * c + u * (u - 1) / 2;   A = the sum over the pass's requests
+  A = the sum over the pass's requests of pairs(c, u) (engines/attention_cost.py): what a request's u
+      uncached tokens after c tokens of its prompt already in KV attend
   a prompt alone, chunked into passes of at most B tokens (B = None: one pass), c tokens cached:
       t_alone(P_u, B, c) = t_prefill(P_u, pairs(c, P_u)) + (ceil(P_u / B) - 1) * base_ms
       (the passes' pairs add up to those of one pass over the whole)
@@ -20,6 +19,7 @@ Complexity: O(1) per call.
 
 from __future__ import annotations
 
+from ray_dspine.engines.attention_cost import attended_pairs
 from ray_dspine.engines.simulated.profile import DrafterProfile, SimProfile
 
 
@@ -35,11 +35,6 @@ def verify_step_ms(profile: SimProfile, drafter: DrafterProfile, num_running: in
         + drafter.draft_ms
         + profile.verify_per_token_ms * extra_query_tokens
     )
-
-
-def attended_pairs(context_tokens: int, uncached_tokens: int) -> int:
-    """pairs(c, u): what u tokens after c tokens of their prompt attend, summed over the u tokens."""
-    return uncached_tokens * context_tokens + uncached_tokens * (uncached_tokens - 1) // 2
 
 
 def prefill_step_ms(profile: SimProfile, uncached_prompt_tokens: int, pairs: int = 0) -> float:
