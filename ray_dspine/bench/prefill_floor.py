@@ -29,7 +29,8 @@ full/linear layer counts, C the chunk of --chunked-prefill-size tokens; SGLang f
           (n requests, D draft tokens each) where a decode step runs them on n; what the n * (D - 1)
           extra tokens add is products(n * D) - products(n), against a profile's
           verify_per_token_ms * n * (D - 1).
-Parameters: shapes from a Hugging Face config (or its text_config); C >= 1; lengths >= 1.
+Parameters: shapes from a Hugging Face config (its text keys and layer kinds: ray_dspine/hybrid_layers.py);
+C >= 1; lengths >= 1.
 Complexity: O(number of timed lengths).
 """
 
@@ -38,6 +39,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+
+from ray_dspine.hybrid_layers import count_layer_kinds, text_config
 
 
 @dataclass(frozen=True)
@@ -59,13 +62,8 @@ class HybridShape:
 
 def shape_from_config(config: dict) -> HybridShape:
     """A HybridShape from a Hugging Face config.json (its text_config when it has one)."""
-    text = config.get("text_config", config)
-    layers = int(text["num_hidden_layers"])
-    interval = int(text.get("full_attention_interval", 1))
-    if "layer_types" in text:
-        full = sum(1 for kind in text["layer_types"] if kind == "full_attention")
-    else:
-        full = sum(1 for i in range(layers) if (i + 1) % interval == 0)
+    text = text_config(config)
+    full, linear = count_layer_kinds(text, int(text["num_hidden_layers"]))
     heads = int(text["num_attention_heads"])
     return HybridShape(
         hidden=int(text["hidden_size"]),
@@ -79,7 +77,7 @@ def shape_from_config(config: dict) -> HybridShape:
         linear_key_dim=int(text.get("linear_key_head_dim", 1)),
         linear_value_dim=int(text.get("linear_value_head_dim", 1)),
         full_layers=full,
-        linear_layers=layers - full,
+        linear_layers=linear,
         vocab=int(text.get("vocab_size", 0)),
     )
 

@@ -252,6 +252,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if not args.config.is_file():
         p.error(f"--config: no file at {args.config}")
     try:
+        load_shape(args.config)
+    except (ValueError, KeyError) as exc:  # json.JSONDecodeError is a ValueError
+        p.error(f"--config: {args.config} is not a hybrid model's config.json ({exc}); give a Qwen3.5-style one")
+    try:
         lengths = [int(x) for x in args.lengths.split(",") if x.strip()]
     except ValueError:
         p.error(f"--lengths: expected comma-separated token counts, got {args.lengths!r}")

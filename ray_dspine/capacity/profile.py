@@ -1,10 +1,8 @@
 """The target model's shape, from a shipped profile or a Hugging Face `config.json`.
 
 Rules:
-    text keys:      read from `config["text_config"]` when present (Qwen3.5 multimodal wrapper), else the root.
-    layer kinds:    `layer_types` (a list of "full_attention" / "linear_attention") wins; else layer i
-                    (0-based) is full attention iff (i + 1) % full_attention_interval == 0, so 64 layers at
-                    interval 4 give 16 full-attention and 48 linear-attention (Gated DeltaNet) layers.
+    text keys, layer kinds: ray_dspine/hybrid_layers.py (64 layers at full_attention_interval 4: 16
+                    full-attention and 48 linear-attention layers).
     head_dim:       `head_dim` if present, else hidden_size // num_attention_heads.
     parameters:     num_params_b if the profile states it, else estimated from the shape
                     (H hidden, I MLP width, V vocab, nh/nkv/hd attention heads, nk/nv/dk/dv linear heads,
@@ -26,6 +24,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ray_dspine.capacity.config import CapacityConfig
+from ray_dspine.hybrid_layers import count_layer_kinds, text_config
 
 PROFILE_PACKAGE = "ray_dspine.capacity"
 PROFILE_DIR = "profiles"
@@ -102,23 +101,6 @@ def estimate_num_params(profile: ModelProfile) -> int:
     )
 
 
-def _count_layer_kinds(text: Mapping[str, object], num_layers: int) -> tuple[int, int]:
-    layer_types = text.get("layer_types")
-    if isinstance(layer_types, list):
-        if len(layer_types) != num_layers:
-            raise ValueError(f"layer_types has {len(layer_types)} entries, num_hidden_layers is {num_layers}")
-        unknown = sorted({str(t) for t in layer_types} - {"full_attention", "linear_attention"})
-        if unknown:
-            raise ValueError(f"unsupported layer types {unknown}")
-        num_full = sum(1 for t in layer_types if t == "full_attention")
-        return num_full, num_layers - num_full
-    interval = text.get("full_attention_interval")
-    if not isinstance(interval, int) or interval < 1:
-        raise ValueError("config has neither layer_types nor full_attention_interval: not a hybrid model")
-    num_full = sum(1 for i in range(num_layers) if (i + 1) % interval == 0)
-    return num_full, num_layers - num_full
-
-
 def _require_int(text: Mapping[str, object], key: str) -> int:
     value = text.get(key)
     if not isinstance(value, int) or isinstance(value, bool):
@@ -135,10 +117,9 @@ def profile_from_hf_config(
     config: Mapping[str, object], *, name: str, source: str, assumption: str | None = None
 ) -> ModelProfile:
     """Build a profile from a parsed Qwen3-Next / Qwen3.5-style `config.json` mapping (no I/O)."""
-    nested = config.get("text_config")
-    text: Mapping[str, object] = nested if isinstance(nested, Mapping) else config
+    text = text_config(config)
     num_layers = _require_int(text, "num_hidden_layers")
-    num_full, num_linear = _count_layer_kinds(text, num_layers)
+    num_full, num_linear = count_layer_kinds(text, num_layers)
     hidden = _require_int(text, "hidden_size")
     num_heads = _require_int(text, "num_attention_heads")
     head_dim = text.get("head_dim")

@@ -131,6 +131,12 @@ def plan_pieces(prompt_tokens: int, cached_tokens: int, piece_tokens: int, block
     return out
 
 
+def own_prefill_s(start_tokens: int, end_tokens: int, rate: float, pair_s: float) -> float:
+    """Rule `own_s`: prompt tokens start..end prefilled on their own, the first `start` in KV, at `rate`
+    tokens/s and `pair_s` seconds per attended pair."""
+    return (end_tokens - start_tokens) / rate + pair_s * attended_pairs(start_tokens, end_tokens - start_tokens)
+
+
 @dataclass
 class PacedPrefill:
     """One paced prompt's progress: which piece is out, and how much delay it has accepted so far."""
@@ -155,10 +161,8 @@ class PacedPrefill:
         self.done_tokens = self.cached_before
 
     def own_s(self, start_tokens: int, end_tokens: int) -> float:
-        """Rule `own_s`: prompt tokens start..end prefilled on their own, the first `start` in KV."""
-        return (end_tokens - start_tokens) / self.rate + self.pair_s * attended_pairs(
-            start_tokens, end_tokens - start_tokens
-        )
+        """Rule `own_s` at this prompt's rates."""
+        return own_prefill_s(start_tokens, end_tokens, self.rate, self.pair_s)
 
     def next_piece(self, now_s: float) -> int | None:
         """Rule `next`: the next piece's prefix length, sent now; None: send the request itself now."""
@@ -290,12 +294,9 @@ class PrefillPacer:
         pieces = plan_pieces(prompt_tokens, cached_tokens, cfg.piece_tokens, cfg.prefix_block_tokens)
         if not pieces:  # rule `long`: no piece, not long
             return None
-        paced = PacedPrefill(
-            request_id, prompt_tokens, cached_tokens, 0.0, cfg.prefill_tokens_per_s, pieces,
-            pair_s=cfg.attention_ms_per_pair / 1000.0,
-        )  # fmt: skip
-        paced.budget_s = cfg.yield_fraction * paced.own_s(cached_tokens, prompt_tokens)
-        self._active = paced
+        rate, pair_s = cfg.prefill_tokens_per_s, cfg.attention_ms_per_pair / 1000.0
+        budget_s = cfg.yield_fraction * own_prefill_s(cached_tokens, prompt_tokens, rate, pair_s)
+        self._active = PacedPrefill(request_id, prompt_tokens, cached_tokens, budget_s, rate, pieces, pair_s=pair_s)
         return self._active
 
     def finish(self, request_id: str) -> list[str]:

@@ -137,3 +137,20 @@ def test_cli_names_the_bad_flag(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["--config", str(tmp_path / "missing.json")])
     assert "--config: no file at" in capsys.readouterr().err
+    dense = tmp_path / "dense.json"  # no layer_types, no full_attention_interval: not a hybrid model
+    dense.write_text(json.dumps({"num_hidden_layers": 2, "hidden_size": 8, "num_attention_heads": 2}))
+    with pytest.raises(SystemExit):
+        main(["--config", str(dense)])
+    assert "--config: " in (err := capsys.readouterr().err) and "not a hybrid model" in err
+
+
+def test_cli_profile_figures_are_the_shipped_h200_profiles():
+    # the timing tool runs where only PyTorch is installed, so it carries the profile's figures as constants
+    from ray_dspine.bench import prefill_floor_gpu as gpu
+    from ray_dspine.engines.simulated.profile import load_profile
+
+    p = load_profile("h200-qwen3.8-27b")
+    assert gpu.H200_PREFILL_PER_TOKEN_MS == p.prefill.per_token_ms
+    assert (gpu.H200_DECODE_BASE_MS, gpu.H200_DECODE_PER_RUNNING_MS) == (p.decode.base_ms, p.decode.per_running_ms)
+    assert gpu.H200_VERIFY_PER_TOKEN_MS == p.verify_per_token_ms
+    assert gpu.DSPINE_DRAFT_TOKENS == p.drafters["dspine"].draft_tokens

@@ -283,8 +283,8 @@ class SimReplicaCore:
         self._step = _Step(kind=kind, start_s=t, end_s=t + ms / 1000.0, request_ids=ids, tokens=tokens)
 
     def _attended_pairs(self, rid: str, num_tokens: int) -> int:
-        """What a round's num_tokens of this request attend (step_model pairs): its KV so far is its hit
-        (device and tiers) and what earlier rounds prefilled."""
+        """What a round's num_tokens of this request attend (rule `pairs`, engines/attention_cost.py): its
+        KV so far is its hit (device and tiers) and what earlier rounds prefilled."""
         run = self._prefilling[rid]
         return attended_pairs(run.cached_tokens + run.prefilled_tokens, num_tokens)
 
