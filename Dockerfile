@@ -49,9 +49,11 @@ print('sglang.srt.plugins:', names)"
 # This package with its GPU extra (pins sglang==0.5.23 again, so a mismatch fails the build).
 COPY --chown=ray:users pyproject.toml README.md ./
 COPY --chown=ray:users ray_dspine ./ray_dspine
+# The build fails unless SGLang itself, after loading its plugins, resolves every algorithm the pools use.
 RUN uv pip install --system --no-cache --prerelease=allow ".[gpu]" \
     && python -c "import ray_dspine.routing.ray_router, ray_dspine.autoscale.ray_policy, sglang; \
-print('sglang', sglang.__version__)"
+print('sglang', sglang.__version__)" \
+    && python -m ray_dspine.engines.sglang.judge --require-algorithm DSPINE DFLASH
 
 # Serve configs for `serve run` inside the cluster (KubeRay passes serveConfigV2 instead).
 COPY --chown=ray:users clusters ./clusters

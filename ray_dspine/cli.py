@@ -14,6 +14,7 @@ import sys
 REGISTRARS = [
     (None, "ray_dspine.capacity_cli", "register"),
     (None, "ray_dspine.deploy.check_cli", "register"),
+    (None, "ray_dspine.deploy.gpu_check", "register"),
     ("bench", "ray_dspine.bench.commands", "register"),
     ("bench", "ray_dspine.bench.routing_bench", "register"),
     ("bench", "ray_dspine.autoscale.bench_cli", "register"),

@@ -3,25 +3,40 @@
 Rules:
   layout    s3://bucket/prefix -> <cache_dir>/s3/<bucket>/<prefix>/<path>; a local uri is used in place.
   cached    a file counts as present iff it exists, its recorded digest (<root>/.verified/<path>.sha256,
-            written only after a successful check) equals the pin, and its size equals `size_bytes`
-            when pinned. Present files are not downloaded again.
+            written only after a successful check, by an atomic rename) equals the pin, and its size
+            equals `size_bytes` when pinned. Present files are not downloaded again.
+  lock      one writer per artifact folder: whoever finds a file missing takes an exclusive lock on
+            <root>/.fetch.lock (fcntl.flock, released by the kernel when its holder exits, so a crashed
+            fetch leaves no stale lock) and, holding it, looks again at what is missing. A second process
+            (a replica on the same node, or on another node sharing the cache volume over a file system
+            that honours flock) waits for the lock, then finds the first one's verified files and downloads
+            nothing. Waiting longer than `lock_timeout_s` (None: no bound) raises ArtifactError.
   resume    bytes go to <path>.partial; a later call continues with `Range: bytes=<size(partial)>-`.
             A server that ignores the range (HTTP 200) restarts the file; a partial longer than
             `size_bytes` is discarded; 416 InvalidRange on a complete partial means nothing is left.
-  accept    the file moves into place (atomic rename) iff sha256(all bytes) == pin and, when pinned,
-            size == size_bytes. Otherwise the partial is deleted and ArtifactError names the file, the
-            expected and the actual digest.
-  local     every pinned file must exist with the pinned size and digest; nothing is copied.
-Parameters: max_workers 1-64 parallel downloads; chunk_bytes >= 64 KiB per read.
-Complexity: O(total bytes) transfer and hashing; one GET per missing file (plus one if a range is ignored).
+  accept    the size is checked first, when pinned: the object's size from the GET's headers
+            (Content-Range's total, else offset + Content-Length) before any byte is read, then the bytes
+            held; size != size_bytes deletes the partial and raises ArtifactError naming the file, the
+            expected and the actual size. Then the file moves into
+            place (atomic rename) iff sha256(all bytes) == pin; otherwise the partial is deleted and
+            ArtifactError names the file, the expected and the actual digest.
+  local     every pinned file must exist with the pinned size (checked before hashing) and digest;
+            nothing is copied, nothing locked.
+Parameters: max_workers 1-64 parallel downloads; chunk_bytes >= 64 KiB per read; lock_timeout_s > 0 or None.
+Complexity: O(total bytes) transfer and hashing; one GET per missing file (plus one if a range is ignored);
+a fetch that finds everything cached reads only the markers.
 S3 access: boto3 with the standard AWS environment (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...), path-style
 addressing so a gateway on 127.0.0.1 works.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
+import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Protocol
@@ -33,6 +48,8 @@ Progress = Callable[[str, int, "int | None"], None]
 
 DEFAULT_CHUNK_BYTES = 8 << 20
 VERIFIED_DIR = ".verified"
+LOCK_FILE = ".fetch.lock"
+LOCK_POLL_S = 0.1
 
 
 class S3Reader(Protocol):
@@ -81,7 +98,7 @@ def verify_local(root: Path, files: list[PinnedFile], chunk_bytes: int = DEFAULT
             raise ArtifactError(f"{pinned.path}: missing from {root}")
         size = path.stat().st_size
         if pinned.size_bytes is not None and size != pinned.size_bytes:
-            raise ArtifactError(f"{pinned.path}: size {size} bytes, pinned {pinned.size_bytes} bytes (in {root})")
+            raise ArtifactError(_size_message(pinned, size, str(root)))
         actual = sha256_file(path, chunk_bytes)
         if actual != pinned.sha256:
             raise ArtifactError(f"{pinned.path}: sha256 mismatch in {root}: expected {pinned.sha256}, got {actual}")
@@ -95,19 +112,55 @@ def fetch(
     max_workers: int = 8,
     progress: Progress | None = None,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    lock_timeout_s: float | None = None,
 ) -> Path:
     """Make every pinned file of `ref` available locally and return the folder that holds them."""
     if not 1 <= max_workers <= 64:
         raise ValueError(f"max_workers must be in [1, 64], got {max_workers}")
     if chunk_bytes < 64 << 10:
         raise ValueError(f"chunk_bytes must be at least 65536, got {chunk_bytes}")
+    if lock_timeout_s is not None and lock_timeout_s <= 0:
+        raise ValueError(f"lock_timeout_s must be > 0 or None, got {lock_timeout_s}")
     root = local_root(ref, cache_dir)
     if not ref.is_s3:
         verify_local(root, ref.files, chunk_bytes)
         return root
+    if all(_is_cached(root, pinned) for pinned in ref.files):
+        return root
+    with folder_lock(root, lock_timeout_s):
+        _fetch_missing(ref, root, s3_client, max_workers, progress, chunk_bytes)
+    return root
+
+
+@contextlib.contextmanager
+def folder_lock(root: Path, timeout_s: float | None = None, clock=time.monotonic) -> Iterator[Path]:
+    """Rule `lock`: hold the exclusive lock of the artifact folder `root` (created if need be)."""
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / LOCK_FILE
+    deadline = None if timeout_s is None else clock() + timeout_s
+    with open(path, "a+b") as handle:
+        while True:
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if deadline is not None and clock() >= deadline:
+                    raise ArtifactError(
+                        f"{root}: another process has held {path} for more than {timeout_s:g} s while fetching "
+                        "this artifact; wait for it (raise lock_timeout_s) or end the stuck process"
+                    ) from None
+                time.sleep(LOCK_POLL_S)
+        try:
+            yield path
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def _fetch_missing(ref, root, s3_client, max_workers, progress, chunk_bytes) -> None:
+    """Download what is still missing; called with the folder's lock held."""
     missing = [pinned for pinned in ref.files if not _is_cached(root, pinned)]
     if not missing:
-        return root
+        return  # another process fetched and verified them while this one waited for the lock
     client = s3_client if s3_client is not None else make_s3_client()
     location = parse_s3_uri(ref.uri)
     errors: list[str] = []
@@ -122,7 +175,11 @@ def fetch(
                 errors.append(str(exc))
     if errors:
         raise ArtifactError(f"{len(errors)} of {len(missing)} files of {ref.uri} failed: " + "; ".join(errors))
-    return root
+
+
+def _size_message(pinned: PinnedFile, size: int, where: str) -> str:
+    return (f"{pinned.path}: size mismatch in {where}: expected {pinned.size_bytes} bytes, got {size} bytes "
+            "(the pin's size_bytes or the file is wrong)")  # fmt: skip
 
 
 def _marker(root: Path, pinned: PinnedFile) -> Path:
@@ -165,20 +222,32 @@ def _download(
         with open(partial, "rb") as handle:
             while block := handle.read(chunk_bytes):
                 digest.update(block)
-    if pinned.size_bytes is None or offset < pinned.size_bytes:
+    if offset == 0 or pinned.size_bytes is None or offset < pinned.size_bytes:  # an empty pin is fetched too
         digest, offset = _transfer(client, location.bucket, key, source, pinned, partial, offset, digest,
                                    chunk_bytes, progress)
-    actual, size = digest.hexdigest(), partial.stat().st_size
+    size = partial.stat().st_size
     if pinned.size_bytes is not None and size != pinned.size_bytes:
         partial.unlink()
-        raise ArtifactError(f"{pinned.path}: got {size} bytes from {source}, pinned {pinned.size_bytes} bytes")
+        raise ArtifactError(_size_message(pinned, size, source))
+    actual = digest.hexdigest()
     if actual != pinned.sha256:
         partial.unlink()
         raise ArtifactError(f"{pinned.path}: sha256 mismatch for {source}: expected {pinned.sha256}, got {actual}")
     os.replace(partial, final)
     marker = _marker(root, pinned)
     marker.parent.mkdir(parents=True, exist_ok=True)
-    marker.write_text(pinned.sha256 + "\n", encoding="ascii")
+    staged = marker.with_name(f"{marker.name}.{os.getpid()}.tmp")
+    staged.write_text(pinned.sha256 + "\n", encoding="ascii")
+    os.replace(staged, marker)  # rule `cached`: a reader never sees a half-written marker
+
+
+def _object_size(response: dict, offset: int) -> int | None:
+    """The whole object's size from a GET's headers: Content-Range's total, else offset + Content-Length."""
+    content_range = str(response.get("ContentRange") or "")
+    if "/" in content_range and content_range.rsplit("/", 1)[1].isdigit():
+        return int(content_range.rsplit("/", 1)[1])
+    length = response.get("ContentLength")
+    return offset + length if isinstance(length, int) else None
 
 
 def _transfer(client, bucket, key, source, pinned, partial, offset, digest, chunk_bytes, progress):
@@ -195,8 +264,13 @@ def _transfer(client, bucket, key, source, pinned, partial, offset, digest, chun
     status = int(response.get("ResponseMetadata", {}).get("HTTPStatusCode", 200))
     if offset and status == 200:  # the range was ignored: the body is the whole object
         digest, offset = hashlib.sha256(), 0
-    mode = "ab" if offset else "wb"
     body = response["Body"]
+    total = _object_size(response, offset)
+    if pinned.size_bytes is not None and total is not None and total != pinned.size_bytes:
+        body.close()  # rule `accept`: refused before a byte is read or hashed
+        partial.unlink(missing_ok=True)
+        raise ArtifactError(_size_message(pinned, total, source))
+    mode = "ab" if offset else "wb"
     try:
         with open(partial, mode) as out:
             for block in body.iter_chunks(chunk_bytes):

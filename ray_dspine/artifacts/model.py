@@ -5,7 +5,9 @@ Rules:
             relative to the working directory).
   path      each pinned file's path is relative POSIX ("config.json", "model-00001-of-00011.safetensors",
             "tokenizer/vocab.json"): no leading "/", no "." or ".." segments, no backslashes; unique.
-  sha256    64 lowercase hex digits; `size_bytes`, when given, must match too.
+  sha256    64 lowercase hex digits; `size_bytes`, when given, must match too (checked before hashing).
+  empty     size_bytes == 0 pins the empty file, so its sha256 must be EMPTY_SHA256, or a placeholder digest
+            (one hex digit repeated 64 times: `deploy/pins.py` reports those): any other digest cannot match.
 Validators check shapes only (no I/O); `fetch.py` does the reading.
 """
 
@@ -18,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"  # sha256 of zero bytes
 
 
 class ArtifactError(RuntimeError):
@@ -31,7 +34,9 @@ class PinnedFile(BaseModel):
 
     path: str = Field(min_length=1, max_length=1024, description="Relative POSIX path inside the artifact.")
     sha256: str = Field(description="Expected sha256 of the file, 64 lowercase hex digits.")
-    size_bytes: int | None = Field(default=None, ge=0, description="Expected size; None skips the size check.")
+    size_bytes: int | None = Field(
+        default=None, ge=0, description="Expected size in bytes (`stat -c %s FILE`); None skips the size check."
+    )
 
     @field_validator("path")
     @classmethod
@@ -47,6 +52,16 @@ class PinnedFile(BaseModel):
         if not _SHA256_RE.match(value):
             raise ValueError(f"sha256 {value!r} must be 64 lowercase hex digits")
         return value
+
+    @model_validator(mode="after")
+    def _check_empty(self) -> PinnedFile:
+        """Rule `empty`."""
+        if self.size_bytes == 0 and self.sha256 != EMPTY_SHA256 and len(set(self.sha256)) != 1:
+            raise ValueError(
+                f"{self.path}: size_bytes 0 pins an empty file, whose sha256 is {EMPTY_SHA256}, not {self.sha256}: "
+                "pin the file's real size (`stat -c %s FILE`)"
+            )
+        return self
 
 
 class ArtifactRef(BaseModel):

@@ -20,7 +20,7 @@ WeightDtype = Literal["bf16", "fp8"]
 KvDtype = Literal["bf16", "fp8_e4m3", "fp8_e5m2"]
 SsmDtype = Literal["float32", "bfloat16", "float16"]
 MambaStrategy = Literal["snapshot_per_draft", "replay_ssm"]
-MambaSchedulerStrategy = Literal["no_buffer", "extra_buffer"]
+MambaRadixCacheStrategy = Literal["no_buffer", "extra_buffer"]
 
 MIB_PER_GIB = 1024
 
@@ -32,12 +32,19 @@ class GpuSpec(BaseModel):
 
     name: str = Field(description="Short GPU name used in pool configs, e.g. 'H200'.")
     memory_gb: float = Field(gt=0.0, le=1024.0, description="Total device memory in GiB (nvidia-smi total).")
+    device_name: str = Field(description="The name the driver reports (torch.cuda.get_device_name).")
+    compute_capability: tuple[int, int] = Field(description="CUDA compute capability (major, minor).")
 
 
 GPU_SPECS: dict[str, GpuSpec] = {
-    "H200": GpuSpec(name="H200", memory_gb=143_771 / MIB_PER_GIB),
-    "H100": GpuSpec(name="H100", memory_gb=81_559 / MIB_PER_GIB),
-    "A100-80GB": GpuSpec(name="A100-80GB", memory_gb=81_920 / MIB_PER_GIB),
+    "H200": GpuSpec(name="H200", memory_gb=143_771 / MIB_PER_GIB, device_name="NVIDIA H200", compute_capability=(9, 0)),
+    "H100": GpuSpec(
+        name="H100", memory_gb=81_559 / MIB_PER_GIB, device_name="NVIDIA H100 80GB HBM3", compute_capability=(9, 0)
+    ),
+    "A100-80GB": GpuSpec(
+        name="A100-80GB", memory_gb=81_920 / MIB_PER_GIB, device_name="NVIDIA A100-SXM4-80GB",
+        compute_capability=(8, 0),
+    ),  # fmt: skip
 }
 
 WEIGHT_DTYPE_BYTES: dict[str, int] = {"bf16": 2, "fp8": 1}
@@ -101,12 +108,16 @@ class CapacityConfig(BaseModel):
     mamba_full_memory_ratio: float = Field(
         default=0.9, gt=0.0, le=100.0, description="SGLang --mamba-full-memory-ratio: Mamba memory / KV memory."
     )
-    mamba_scheduler_strategy: MambaSchedulerStrategy = Field(
-        default="no_buffer", description="SGLang --mamba-scheduler-strategy (extra_buffer adds ping-pong slots)."
+    mamba_radix_cache_strategy: MambaRadixCacheStrategy = Field(
+        default="no_buffer",
+        description="SGLang --mamba-radix-cache-strategy: no_buffer (3 state slots per running request; SGLang "
+        "requires the overlap scheduler off) or extra_buffer (adds ping-pong slots, keeps overlap scheduling).",
     )
     radix_cache_enabled: bool = Field(default=True, description="False passes --disable-radix-cache.")
-    overlap_schedule_enabled: bool = Field(
-        default=True, description="Whether SGLang's overlap scheduler runs (sizes extra_buffer's ping-pong)."
+    overlap_schedule_enabled: bool | None = Field(
+        default=None,
+        description="Whether SGLang's overlap scheduler runs; None takes what the strategy allows (off for "
+        "no_buffer, on for extra_buffer). Off renders --disable-overlap-schedule.",
     )
     context_length_tokens: int = Field(
         default=262_144, ge=1, le=4_194_304, description="Longest request (prompt + output) a replica must hold."
@@ -122,7 +133,19 @@ class CapacityConfig(BaseModel):
             raise ValueError(f"unknown gpu {self.gpu!r}: set gpu_memory_gb or use one of {known}")
         if self.target_profile is None and self.target_config_path is None:
             raise ValueError("set target_profile or target_config_path")
+        if self.overlap_schedule_enabled and self.mamba_radix_cache_strategy == "no_buffer" and self.radix_cache_enabled:
+            raise ValueError(
+                "mamba_radix_cache_strategy no_buffer cannot run with overlap_schedule_enabled: true (SGLang 0.5.23 "
+                "asserts 'no_buffer do not support overlap schedule'); leave overlap_schedule_enabled unset or use "
+                "mamba_radix_cache_strategy: extra_buffer"
+            )
         return self
+
+    def overlap_schedule(self) -> bool:
+        """Whether the overlap scheduler runs: the explicit setting, else what the strategy allows."""
+        if self.overlap_schedule_enabled is not None:
+            return self.overlap_schedule_enabled
+        return self.mamba_radix_cache_strategy == "extra_buffer" or not self.radix_cache_enabled
 
     def resolved_gpu_memory_gb(self) -> float:
         """Per-GPU memory in GiB: the override if set, else the GPU_SPECS entry."""

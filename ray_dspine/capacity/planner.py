@@ -7,12 +7,18 @@ f = mem_fraction_static, C = context_length_tokens. The split and the joint solv
 Rules:
   R1 weights    W = E*2 + (P - E)*w for the target (P params, E embedding params kept bf16, w = 2 bf16 / 1 fp8);
                 W_draft = P_draft * w_draft. Both shard evenly: per GPU ceil((W + W_draft) / t).
-  R2 budget     rest = floor(G*f) - ceil((W + W_draft) / t); rest <= 0 refuses.
+  R2 budget     rest = floor(G*f) - ceil((W + W_draft) / t) - R_mm; R_mm = 100 MiB for a multimodal target
+                (SGLang's SGLANG_VLM_CACHE_SIZE_MB default, reserved out of the KV budget), else 0;
+                rest <= 0 refuses.
   R3 KV/token   kv = 2 * L_full * max(1, n_kv // t) * hd * b_kv (K and V; heads replicate past t = n_kv);
                 kv_draft = 2 * L_draft * max(1, n_kv_draft // t) * hd_draft * b_kv
                 (5 layers x 4 heads x 128 in bf16 = 10,240 B, SGLang's own figure).
   R4 state      p = L_lin * ((2*nk*dk + nv*dv) / t * (K - 1) * 2 + nv / t * dv * dk * b_ssm):
                 bf16 conv window plus the delta-rule state (float32 by default in SGLang).
+  R4b ring      under replay_ssm with a draft, each running request slot (N + 1 of them: SGLang's padding
+                slot) holds a ReplaySSM verify ring of L = 16 steps (--linear-replayssm-cache-len):
+                g = L_lin * (2*(nv/t)*L*dv*2 + 2*(nk/t)*L*dk*2 + (nv/t)*L*4) bytes (bf16 update vectors
+                and keys with their low parts, fp32 log-decays; `replayssm_ring_bytes_per_req`).
   R5 split      M = floor(rest * r / (1 + r)), r = mamba_full_memory_ratio (default 0.9).
   R6 ratio      q = 1 without radix cache; else 3, plus 2 for extra_buffer with the overlap scheduler,
                 plus 1 for extra_buffer without it (Mamba pool slots per running request).
@@ -20,13 +26,18 @@ Rules:
                 (one state snapshot per draft token per running request, solved jointly with the pool);
                 D = 0 without a draft or under replay_ssm, so S = floor(M / p).
   R8 running    N = min(floor(S / q), max_running_requests); S <= 0 or N <= 0 refuses.
-  R9 KV tokens  kv_budget = rest - S*p - N*D*p (the unspent Mamba share goes to KV, as in SGLang);
-                T = floor(kv_budget / (kv + kv_draft)); with draft_window_tokens w the draft keeps a ring of
-                min(w, C) tokens per running request: T = floor((kv_budget - N*min(w, C)*kv_draft) / kv).
+  R9 KV tokens  kv_budget = rest - (S + 1)*p - (N + 1)*D*p - (N + 1)*g (SGLang's pools each keep one padding
+                slot; the unspent Mamba share goes to KV, as in SGLang's `_handle_max_mamba_cache`);
+                T = floor(kv_budget / (kv + kv_draft)); with draft_window_tokens w the draft may instead keep a
+                ring of min(w, C) tokens per running request, T_ring = floor((kv_budget - N*min(w, C)*kv_draft)
+                / kv), and a window never costs more than one draft entry per pooled token: T = max(T, T_ring).
                 T < C refuses.
   R10 headroom  state_slots_per_request = q + D, num_state_slots = S + N*D (units of p bytes), so
                 num_state_slots // state_slots_per_request >= N, with equality when no cap binds.
   R11 draft     draft_vram_gb (replica) = W_draft + t * (T * kv_draft, or the ring).
+  R12 args      sglang_args pins the sizes above explicitly (--max-running-requests N, --max-mamba-cache-size S)
+                with --mamba-radix-cache-strategy and, whenever the overlap scheduler is off (always with
+                no_buffer and the radix cache on, which SGLang 0.5.23 asserts), --disable-overlap-schedule.
 Complexity: O(1).
 
 Assumptions: draft weights are charged to the static budget (conservative; SGLang loads them after
@@ -51,6 +62,8 @@ from ray_dspine.capacity.report import RefusalNote
 GIB = 1 << 30
 MIB = 1 << 20
 CONV_STATE_BYTES = 2  # SGLang keeps the conv window in bf16
+MULTIMODAL_RESERVE_BYTES = 100 * MIB  # SGLANG_VLM_CACHE_SIZE_MB's default
+REPLAYSSM_CACHE_LEN = 16  # --linear-replayssm-cache-len's default
 MAMBA_BASE_RATIO = 3
 EXTRA_BUFFER_RATIO_OVERLAP = 2
 EXTRA_BUFFER_RATIO_NO_OVERLAP = 1
@@ -147,10 +160,24 @@ def mamba_ratio(cfg: CapacityConfig) -> int:
     """R6: Mamba pool slots SGLang budgets per running request."""
     if not cfg.radix_cache_enabled:
         return 1
-    if cfg.mamba_scheduler_strategy == "extra_buffer":
-        extra = EXTRA_BUFFER_RATIO_OVERLAP if cfg.overlap_schedule_enabled else EXTRA_BUFFER_RATIO_NO_OVERLAP
+    if cfg.mamba_radix_cache_strategy == "extra_buffer":
+        extra = EXTRA_BUFFER_RATIO_OVERLAP if cfg.overlap_schedule() else EXTRA_BUFFER_RATIO_NO_OVERLAP
         return MAMBA_BASE_RATIO + extra
     return MAMBA_BASE_RATIO
+
+
+def replay_ring_bytes_per_request(cfg: CapacityConfig, profile: ModelProfile) -> int:
+    """R4b: the ReplaySSM verify ring of one request slot, per GPU; 0 without it."""
+    if cfg.draft is None or cfg.mamba_strategy != "replay_ssm":
+        return 0
+    t, steps = cfg.tensor_parallel_size, REPLAYSSM_CACHE_LEN
+    value_heads, key_heads = profile.linear_num_value_heads // t, profile.linear_num_key_heads // t
+    per_layer = (
+        2 * value_heads * steps * profile.linear_value_head_dim * CONV_STATE_BYTES
+        + 2 * key_heads * steps * profile.linear_key_head_dim * CONV_STATE_BYTES
+        + value_heads * steps * 4
+    )
+    return per_layer * profile.num_linear_attention_layers
 
 
 def num_snapshots_per_request(cfg: CapacityConfig) -> int:
@@ -171,7 +198,7 @@ def plan_capacity(cfg: CapacityConfig, profile: ModelProfile, *, pool_name: str 
     static = int(gpu_gb * GIB * cfg.mem_fraction_static)
     w_target, w_draft = target_weight_bytes(cfg, profile), draft_weight_bytes(cfg)
     weights_per_gpu = -(-(w_target + w_draft) // t)
-    rest = static - weights_per_gpu
+    rest = static - weights_per_gpu - (MULTIMODAL_RESERVE_BYTES if profile.multimodal else 0)
     note = RefusalNote(pool_name, cfg, gpu_gb, static, w_target, w_draft, weights_per_gpu, rest)
     if rest <= 0:
         raise CapacityError(note.weights_do_not_fit())
@@ -191,17 +218,17 @@ def plan_capacity(cfg: CapacityConfig, profile: ModelProfile, *, pool_name: str 
         raise CapacityError(note.no_mamba_slots())
 
     kv_tok, draft_tok = target_kv_bytes_per_token(cfg, profile), draft_kv_bytes_per_token(cfg)
-    snapshots = running * d * per_req
-    kv_budget = rest - slots * per_req - snapshots
+    snapshots = (running + 1) * d * per_req
+    ring_fixed = (running + 1) * replay_ring_bytes_per_request(cfg, profile)
+    kv_budget = rest - (slots + 1) * per_req - snapshots - ring_fixed
     window = cfg.draft.draft_window_tokens if cfg.draft is not None else None
-    if window is not None:
-        ring = running * min(window, cfg.context_length_tokens) * draft_tok
-        free_tokens = max(0, (kv_budget - ring) // kv_tok)
-        draft_kv_at_full = ring
+    ring = running * min(window, cfg.context_length_tokens) * draft_tok if window is not None else 0
+    per_token = max(0, kv_budget // (kv_tok + draft_tok))
+    windowed = max(0, (kv_budget - ring) // kv_tok) if window is not None else 0
+    if windowed > per_token:
+        free_tokens, draft_kv_at_full = windowed, ring
     else:
-        ring = 0
-        free_tokens = max(0, kv_budget // (kv_tok + draft_tok))
-        draft_kv_at_full = free_tokens * draft_tok
+        ring, free_tokens, draft_kv_at_full = 0, per_token, per_token * draft_tok
     note.add_kv(kv_budget, kv_tok, draft_tok, ring, free_tokens)
     if free_tokens < cfg.context_length_tokens:
         raise CapacityError(note.kv_too_small())
@@ -254,14 +281,14 @@ def sglang_args(cfg: CapacityConfig, *, max_running_requests: int, max_mamba_cac
         "--max-running-requests", str(max_running_requests),
         "--max-mamba-cache-size", str(max_mamba_cache_size),
         "--mamba-full-memory-ratio", f"{cfg.mamba_full_memory_ratio:g}",
-        "--mamba-scheduler-strategy", cfg.mamba_scheduler_strategy,
+        "--mamba-radix-cache-strategy", cfg.mamba_radix_cache_strategy,
         "--mamba-ssm-dtype", cfg.mamba_ssm_dtype,
         "--kv-cache-dtype", "auto" if cfg.kv_dtype == "bf16" else cfg.kv_dtype,
     ]  # fmt: skip
     if not cfg.radix_cache_enabled:
         args.append("--disable-radix-cache")
-    if not cfg.overlap_schedule_enabled:
-        args.append("--disable-overlap-schedule")
+    if not cfg.overlap_schedule():
+        args.append("--disable-overlap-schedule")  # SGLang asserts this for no_buffer
     if cfg.draft is not None:
         args += ["--speculative-num-draft-tokens", str(cfg.draft.speculative_num_draft_tokens)]
         if cfg.mamba_strategy == "replay_ssm":

@@ -56,6 +56,11 @@ class ModelProfile(BaseModel):
     linear_conv_kernel_dim: int = Field(ge=2, le=64, description="Short causal conv width; state keeps K-1 steps.")
     max_position_embeddings: int = Field(default=262_144, ge=1)
     num_params_b: float | None = Field(default=None, gt=0.0, description="Stated parameter count (billions).")
+    multimodal: bool = Field(
+        default=False,
+        description="The checkpoint carries a vision tower (a `*ForConditionalGeneration` architecture or a "
+        "vision_config): SGLang then reserves its multimodal cache out of the KV budget.",
+    )
 
     @model_validator(mode="after")
     def _check_layers(self) -> ModelProfile:
@@ -146,6 +151,8 @@ def profile_from_hf_config(
         linear_conv_kernel_dim=_require_int(text, "linear_conv_kernel_dim"),
         max_position_embeddings=_optional_int(text, "max_position_embeddings", 262_144),
         num_params_b=float(params_b) if isinstance(params_b, (int, float)) else None,
+        multimodal="vision_config" in config
+        or any(str(arch).endswith("ForConditionalGeneration") for arch in config.get("architectures") or []),
     )
 
 

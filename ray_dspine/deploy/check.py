@@ -15,8 +15,17 @@ Rules (each finding names its field path and a fix; E = error, W = warning):
   W3 model      the policy's capacity.max_running_requests and total_kv_tokens equal the plan's
                 max_running_requests and free_kv_tokens.
   W4 ongoing    max_ongoing_requests >= the plan's max_running_requests (else running slots stay idle).
+  E8 sglang     SGLang itself accepts every sglang pool's launch command and its autoregressive fallback:
+                its parser, resolution and validation (engines/sglang/validation.py); a rejection is an
+                error carrying SGLang's message; no importable SGLang is an error (`sglang=False` skips
+                E8-W6 and says so).
+  E9 version    the SGLang that judged is the one the pools pin (PINNED_SGLANG).
+  W5 algorithm  an algorithm the installed SGLang does not know (no package registered it through the
+                `sglang.srt.plugins` entry point) is judged with a stand-in registration and warned about;
+                with strict=True it is not stood in, so SGLang's own "Unknown speculative algorithm" fails E8.
+  W6 warned     each WARNING SGLang logged while resolving a command.
 Complexity: O(applications * (pools + overrides) + pinned files); one capacity plan per pool (two with a
-drafter, for the autoregressive fallback command).
+drafter, for the autoregressive fallback command); one SGLang judge process for all commands (~10 s).
 """
 
 from __future__ import annotations
@@ -30,6 +39,8 @@ from ray_dspine.config import AppConfig, PoolConfig
 from ray_dspine.config_io import ConfigFileError, read_serve_yaml
 from ray_dspine.pools import plan_pool
 
+from ray_dspine.engines.sglang.validation import PINNED_SGLANG, validate_commands
+
 from .findings import CheckReport, PoolReport, validation_findings
 from .pins import placeholder_findings
 from .serve_schema import ray_schema_findings
@@ -38,7 +49,7 @@ COST_POLICY = "ray_dspine.autoscale.ray_policy:CostAutoscalingPolicy"
 DEFAULT_SGLANG_PORT = 30000
 
 
-def check_config(path: str | Path) -> CheckReport:
+def check_config(path: str | Path, *, sglang: bool = True, strict: bool = False) -> CheckReport:
     report = CheckReport(config_path=str(path))
     try:
         document = read_serve_yaml(path)
@@ -54,7 +65,50 @@ def check_config(path: str | Path) -> CheckReport:
     if ours == 0:
         report.add("error", "applications", "no application uses ray_dspine.serve.app:build_app",
                    "set an application's import_path to ray_dspine.serve.app:build_app")  # fmt: skip
+    if sglang:
+        _judge_commands(report, strict)
     return report
+
+
+def _judge_commands(report: CheckReport, strict: bool) -> None:
+    """E8, E9, W5, W6: SGLang's verdict on every rendered command, in one judge process."""
+    jobs: list[tuple[PoolReport, str, list[str], str | None]] = []
+    for pool in report.pools:
+        if pool.command is None or pool.pool_config is None:
+            continue
+        engine = pool.pool_config.engine
+        if pool.fallback_command is None:
+            jobs.append((pool, "command", pool.command, None))
+        else:
+            jobs.append((pool, "command", pool.command, engine.speculative_algorithm))
+            jobs.append((pool, "fallback", pool.fallback_command, None))
+    verdicts = validate_commands(
+        [(command, pool.pool_config.engine.capacity, algorithm) for pool, _, command, algorithm in jobs], strict=strict
+    )
+    for (pool, which, _, algorithm), verdict in zip(jobs, verdicts):
+        setattr(pool, f"{which}_verdict", verdict)
+        label = "launch command" if which == "command" else "autoregressive fallback command"
+        where = f"{pool.path}.engine"
+        if verdict.stage == "import":
+            report.add("error", where, f"the {label} was not validated: SGLang {PINNED_SGLANG} is not importable here "
+                       f"({verdict.error})", "run scripts/setup (it installs SGLang's own package for validation), "
+                       "or pass --no-sglang to skip this check")  # fmt: skip
+            continue
+        if not verdict.ok:
+            at = f" [{verdict.where}]" if verdict.where else ""
+            report.add("error", where, f"SGLang {verdict.sglang_version or ''} rejects the {label}: {verdict.error}{at}",
+                       "change the pool so that SGLang accepts the command (its message names the setting)")  # fmt: skip
+        if verdict.sglang_version and verdict.sglang_version != PINNED_SGLANG:
+            report.add("error", where, f"validated by SGLang {verdict.sglang_version}, but the pools pin "
+                       f"{PINNED_SGLANG}", f"install sglang=={PINNED_SGLANG} (scripts/setup)")  # fmt: skip
+        for name in verdict.stand_ins:
+            report.add("warning", f"{where}.speculative_algorithm", f"the installed SGLang does not know {name}: no "
+                       "installed package registers it through the sglang.srt.plugins entry point, so the command "
+                       "was judged with a stand-in registration", f"install the package that provides {name} where "
+                       "you run check (the image build asserts it is registered)")  # fmt: skip
+        for message in verdict.warnings:
+            report.add("warning", where, f"SGLang warned about the {label}: {message}",
+                       "read SGLang's warning: it will ignore or override that setting")  # fmt: skip
 
 
 def _check_application(report: CheckReport, index: int, app: dict) -> None:
@@ -79,7 +133,8 @@ def _check_application(report: CheckReport, index: int, app: dict) -> None:
                        "message advises, then `ray-dspine plan` it")  # fmt: skip
             continue
         override_path, override = overrides.get(f"pool-{pool.name}", (None, {}))
-        pool_report = PoolReport(app_name=app_name, name=pool.name, engine_kind=pool.engine.kind, plan=plan)
+        pool_report = PoolReport(app_name=app_name, name=pool.name, engine_kind=pool.engine.kind, plan=plan,
+                                 path=pool_path, pool_config=pool)  # fmt: skip
         _check_resources(report, pool, pool_path, plan, override_path, override)
         if override_path is not None:
             _check_policy(report, pool, plan, override_path, override)

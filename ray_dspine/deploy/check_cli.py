@@ -20,7 +20,11 @@ def register(subparsers) -> None:
         "check", help="validate a Serve config (Ray schema, pools, capacity) and print SGLang command lines"
     )
     parser.add_argument("config", help="a Serve YAML such as clusters/prod.yaml")
-    parser.add_argument("--strict", action="store_true", help="treat warnings (e.g. placeholder pins) as errors")
+    parser.add_argument("--strict", action="store_true", help="treat warnings (e.g. placeholder pins) as errors, "
+                        "and judge plugin algorithms only if an installed package registers them")
+    parser.add_argument("--no-sglang", dest="sglang", action="store_false",
+                        help="skip SGLang's own validation of the launch commands (they are then printed as "
+                        "'not validated')")  # fmt: skip
     parser.set_defaults(func=check_main)
 
 
@@ -46,9 +50,31 @@ def format_pool(pool: PoolReport) -> str:
     if pool.command is not None:
         label = "sglang command (drafter on)" if pool.fallback_command is not None else "sglang command"
         parts.append(f"  {label}:\n" + _indent(format_command(pool.command), 4))
+        parts.append(_indent(format_verdict(pool.command_verdict), 4))
     if pool.fallback_command is not None:
         parts.append("  autoregressive fallback (drafter off):\n" + _indent(format_command(pool.fallback_command), 4))
+        parts.append(_indent(format_verdict(pool.fallback_verdict), 4))
     return "\n".join(parts)
+
+
+def format_verdict(verdict) -> str:
+    """SGLang's verdict under a command: `validated by sglang 0.5.23: ok` or its refusal, and what it noticed."""
+    if verdict is None:
+        return "not validated by sglang (--no-sglang)"
+    lines = [verdict.summary()]
+    if verdict.where:
+        lines.append(f"  at {verdict.where}")
+    for name, known in verdict.algorithms.items():
+        if known.get("known"):
+            lines.append(f"  algorithm {name}: known to sglang ({'built in' if known.get('builtin') else 'plugin'})")
+        elif name in verdict.stand_ins:
+            lines.append(f"  algorithm {name}: NOT registered here; judged with a stand-in registration")
+    for message in verdict.warnings:
+        lines.append(f"  sglang warned: {message}")
+    if verdict.device_queries:
+        asked = ", ".join(f"{name} x{count}" for name, count in sorted(verdict.device_queries.items()))
+        lines.append(f"  GPU queries answered from the pool's GPU (no GPU here): {asked}")
+    return "\n".join(lines)
 
 
 def _indent(text: str, width: int) -> str:
@@ -66,7 +92,16 @@ def print_report(report: CheckReport, strict: bool, out=None, err=None) -> None:
           f"{len(report.warnings)} warnings{', strict' if strict else ''})", file=out)  # fmt: skip
 
 
+NOT_JUDGED_HERE = (
+    "not judged without a GPU: SGLang's memory sizing at start-up (KV tokens and Mamba slots it allocates), "
+    "kernel availability on the device, the drafter worker's construction, weight loading; "
+    "`ray-dspine gpu-check CONFIG` runs the commands on a GPU node and compares them with the plan"
+)
+
+
 def check_main(args) -> int:
-    report = check_config(args.config)
+    report = check_config(args.config, sglang=args.sglang, strict=args.strict)
+    if args.sglang and any(pool.command is not None for pool in report.pools):
+        print(NOT_JUDGED_HERE + "\n")
     print_report(report, args.strict)
     return 0 if report.passed(args.strict) else 1

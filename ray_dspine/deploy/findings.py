@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ray_dspine.capacity import CapacityPlan
+from ray_dspine.config import PoolConfig
+from ray_dspine.engines.sglang.validation import Verdict
 
 Level = Literal["error", "warning"]
 
@@ -31,8 +33,12 @@ class PoolReport:
     name: str
     engine_kind: str
     plan: CapacityPlan | None = None
+    path: str = ""
+    pool_config: PoolConfig | None = None
     command: list[str] | None = None
     fallback_command: list[str] | None = None
+    command_verdict: Verdict | None = None
+    fallback_verdict: Verdict | None = None
 
 
 @dataclass

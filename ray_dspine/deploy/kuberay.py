@@ -17,6 +17,12 @@ Rules (g = GPUs per worker pod, --gpus-per-worker, default 8):
             H_p bytes per GPU (engines/sglang/hicache.py, rule H5, on its capacity plan); g * max_p H_p must
             not exceed the worker container's memory limit (else its replicas would be OOM-killed).
             Quantities read as Kubernetes writes them: a plain number, or one of Ki Mi Gi Ti Pi, k M G T P.
+  models    the worker pod's `models` volume is the model cache --model-cache selects (model_cache.py: a
+            ReadWriteMany claim by default, or a node folder, or a per-pod emptyDir), mounted where the
+            template says (/mnt/models); every GPU pool's cache_dir must lie below it, and the config's
+            distinct pinned files must fit --model-cache-size-gib.
+  metrics   Ray's metrics port is scraped as the template declares it (pod annotations prometheus.io/*,
+            a container port named `metrics`, clusters/kuberay/podmonitor.yaml); nothing is rendered.
 Output: a header naming the command and the template, then the manifest. Complexity: O(pools + template).
 """
 
@@ -32,6 +38,9 @@ from ray_dspine.capacity import CapacityError
 from ray_dspine.config_io import load_app_configs, read_serve_yaml
 from ray_dspine.engines.sglang.hicache import enabled as hicache_enabled, plan_host_tier
 from ray_dspine.pools import plan_pool
+
+from . import model_cache
+from .model_cache import ModelCache, ModelCacheError
 
 DEFAULT_IMAGE = "ray-dspine:0.1.0"
 DEFAULT_GPUS_PER_WORKER = 8
@@ -55,6 +64,7 @@ class RenderOptions:
     name: str | None = None
     gpus_per_worker: int = DEFAULT_GPUS_PER_WORKER
     gpu_product: str | None = None
+    model_cache: ModelCache = ModelCache()
 
 
 @dataclass(frozen=True)
@@ -65,6 +75,8 @@ class GpuDemand:
     largest_replica_gpus: float
     host_bytes_per_gpu: int = 0  # the largest HiCache host tier of a GPU pool (rule `host mem`)
     host_pool: str | None = None
+    cache_dirs: tuple[tuple[str, str], ...] = ()  # (pool, engine.cache_dir) of each GPU pool (rule `models`)
+    pinned_bytes: tuple[tuple[str, str, int], ...] = ()  # (uri, path, size_bytes) of each distinct pinned file
 
 
 _QUANTITY_UNITS = {
@@ -125,6 +137,8 @@ def gpu_demand(config_path: Path) -> GpuDemand:
             overrides[(app.get("name"), entry.get("name"))] = entry
     gpus, low, high, largest = set(), 0.0, 0.0, 0.0
     host_bytes, host_pool = 0, None
+    cache_dirs: dict[str, str] = {}
+    pinned: dict[tuple[str, str], int] = {}
     for app_name, config in load_app_configs(config_path):
         for pool in config.pools:
             override = overrides.get((app_name, f"pool-{pool.name}"), {})
@@ -143,12 +157,19 @@ def gpu_demand(config_path: Path) -> GpuDemand:
             pool_host_bytes = _host_bytes_per_gpu(pool)
             if pool_host_bytes > host_bytes:
                 host_bytes, host_pool = pool_host_bytes, pool.name
+            if getattr(pool.engine, "cache_dir", None) is not None:
+                cache_dirs[pool.name] = pool.engine.cache_dir
+            for ref in (getattr(pool.engine, "target", None), getattr(pool.engine, "draft", None)):
+                for pin in [] if ref is None or not ref.is_s3 else ref.files:
+                    key = (ref.uri.rstrip("/"), pin.path)
+                    pinned[key] = max(pinned.get(key, 0), pin.size_bytes or 0)
     if len(gpus) != 1:
         raise RenderError(f"expected the GPU pools of {config_path} to use one GPU model, found {sorted(gpus)}: "
                           "render one manifest per GPU model")  # fmt: skip
     return GpuDemand(
         gpu=gpus.pop(), min_gpus=low, max_gpus=high, largest_replica_gpus=largest,
-        host_bytes_per_gpu=host_bytes, host_pool=host_pool,
+        host_bytes_per_gpu=host_bytes, host_pool=host_pool, cache_dirs=tuple(sorted(cache_dirs.items())),
+        pinned_bytes=tuple((uri, path, size) for (uri, path), size in sorted(pinned.items())),
     )  # fmt: skip
 
 
@@ -160,7 +181,8 @@ def _worker_group(manifest: dict) -> dict:
 
 
 def _set_images(pod_template: dict, image: str) -> None:
-    for container in pod_template["spec"]["containers"]:
+    spec = pod_template["spec"]
+    for container in spec["containers"] + (spec.get("initContainers") or []):
         container["image"] = image
 
 
@@ -193,7 +215,19 @@ def render_manifest(options: RenderOptions) -> dict:
         for kind in ("limits", "requests"):
             container["resources"][kind]["nvidia.com/gpu"] = g
     _check_host_memory(demand, pod, g)
+    _apply_model_cache(demand, pod, options)
     return manifest
+
+
+def _apply_model_cache(demand: GpuDemand, pod: dict, options: RenderOptions) -> None:
+    """Rule `models`."""
+    try:
+        mount = model_cache.mount_path(pod)
+        model_cache.check_cache_dirs(dict(demand.cache_dirs), mount)
+        model_cache.check_size({(uri, path): size for uri, path, size in demand.pinned_bytes}, options.model_cache)
+        model_cache.apply(pod, options.model_cache, options.image)
+    except ModelCacheError as exc:
+        raise RenderError(str(exc)) from None
 
 
 def _check_host_memory(demand: GpuDemand, pod: dict, g: int) -> None:

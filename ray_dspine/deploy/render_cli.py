@@ -2,7 +2,9 @@
 
   render kuberay        the RayService manifest (template + config); --check exits 1 when the file on disk
                         differs from a fresh render; --patch prints a JSON merge patch of serveConfigV2 for
-                        `kubectl patch rayservice NAME --type merge --patch-file FILE`.
+                        `kubectl patch rayservice NAME --type merge --patch-file FILE`. --model-cache picks
+                        the worker pods' model cache volume (deploy/model_cache.py): pvc (default, the claim
+                        of clusters/kuberay/model-cache-pvc.yaml), host-path or empty-dir.
   render serve-config   a copy of a Serve config with `user_config: {drafter_enabled: false}` on the named
                         pools' deployments (for `serve deploy` or, through render kuberay --patch, kubectl).
 """
@@ -15,6 +17,7 @@ import sys
 from pathlib import Path
 
 import yaml
+from pydantic import ValidationError
 
 from ray_dspine.config_io import ConfigFileError, load_app_configs, read_serve_yaml
 
@@ -27,6 +30,7 @@ from .kuberay import (
     default_template,
     render_text,
 )
+from .model_cache import DEFAULT_CLAIM, DEFAULT_HOST_PATH, DEFAULT_SIZE_GIB, MODEL_CACHE_KINDS, ModelCache
 
 DEFAULT_CONFIG = "clusters/prod.yaml"
 
@@ -40,6 +44,16 @@ def register(subparsers) -> None:
     kuberay.add_argument("--name", help="RayService name (default from the config file name)")
     kuberay.add_argument("--gpus-per-worker", type=int, default=DEFAULT_GPUS_PER_WORKER, help="GPUs per worker pod")
     kuberay.add_argument("--gpu-product", help="nvidia.com/gpu.product node label (default from the pools' gpu)")
+    kuberay.add_argument("--model-cache", choices=MODEL_CACHE_KINDS, default="pvc",
+                         help="worker pods' model cache at /mnt/models: pvc (a ReadWriteMany claim all pods share, "
+                              "default), host-path (a folder on each node), empty-dir (per pod, re-downloaded)")
+    kuberay.add_argument("--model-cache-claim", default=DEFAULT_CLAIM,
+                         help=f"PersistentVolumeClaim name for --model-cache pvc (default {DEFAULT_CLAIM})")
+    kuberay.add_argument("--model-cache-host-path", default=DEFAULT_HOST_PATH,
+                         help=f"node folder for --model-cache host-path (default {DEFAULT_HOST_PATH})")
+    kuberay.add_argument("--model-cache-size-gib", type=int, default=DEFAULT_SIZE_GIB,
+                         help=f"cache capacity in GiB: emptyDir sizeLimit, and the bound the pinned files must fit "
+                              f"(default {DEFAULT_SIZE_GIB})")  # fmt: skip
     mode = kuberay.add_mutually_exclusive_group()
     mode.add_argument("--check", action="store_true", help="exit 1 if --out differs from a fresh render")
     mode.add_argument("--patch", action="store_true", help="print a JSON merge patch of spec.serveConfigV2")
@@ -68,9 +82,17 @@ def kuberay_main(args) -> int:
             return 1
         print(json.dumps({"spec": {"serveConfigV2": config.read_text(encoding="utf-8")}}))
         return 0
+    try:
+        cache = ModelCache(kind=args.model_cache, claim_name=args.model_cache_claim,
+                           host_path=args.model_cache_host_path, size_gib=args.model_cache_size_gib)  # fmt: skip
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        print(f"ray-dspine render kuberay: --model-cache-*: {problems}", file=sys.stderr)
+        return 1
     options = RenderOptions(
         config_path=config, template_path=Path(args.template) if args.template else default_template(config),
         image=args.image, name=args.name, gpus_per_worker=args.gpus_per_worker, gpu_product=args.gpu_product,
+        model_cache=cache,
     )  # fmt: skip
     try:
         text = render_text(options)

@@ -18,6 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field
 ReasoningLevel = Literal["none", "low", "medium", "high", "xhigh"]
 REASONING_LEVELS: tuple[ReasoningLevel, ...] = ("none", "low", "medium", "high", "xhigh")
 DecodePath = Literal["speculative", "autoregressive"]
+# What the x-dspine-path header says: the decode path, and "autoregressive-fallback" when a drafter pool
+# serves without its drafter because it lost it (crashes, a failed drafter probe), not by choice.
+ServedPath = Literal["speculative", "autoregressive", "autoregressive-fallback"]
 FinishReason = Literal["stop", "length", "tool_calls", "abort", "error"]
 SchedulePolicy = Literal["fcfs", "shortest-prefill-first"]  # SGLang's --schedule-policy values we model
 
@@ -102,7 +105,9 @@ class Chunk(BaseModel):
     error_status: int | None = Field(default=None, description="HTTP status for the error (4xx refused, 5xx failed).")
     error_param: str | None = Field(default=None, description="The request field the error is about.")
     replica: str | None = Field(default=None, description="Set on the first chunk by the replica that serves it.")
-    path: DecodePath | None = Field(default=None, description="Set on the first chunk: how it is decoded.")
+    path: ServedPath | None = Field(
+        default=None, description="Set on the first chunk: how it is decoded (the x-dspine-path header)."
+    )
     replica_s: float | None = Field(
         default=None,
         description="Set on the first chunk: seconds from the replica receiving the request to this chunk "
@@ -181,6 +186,21 @@ class LoadSnapshot(BaseModel):
         "then forgets what it believed the replica cached.",
     )
     accept_length_ema: float = 1.0
+    spec_accept_length: float | None = Field(
+        default=None,
+        description="The engine's own mean acceptance length over its recent verify steps (tokens per step, "
+        "SGLang's sglang:spec_accept_length; 0 there until a verify step is measured); None: not reported.",
+    )
+    kv_token_usage: float | None = Field(
+        default=None,
+        description="Share in [0, 1] of the KV-cache token pool held by running requests, as the engine reports "
+        "it (SGLang's sglang:full_token_usage); None: not reported. Not bounded here: a poll never fails on it.",
+    )
+    mamba_usage: float | None = Field(
+        default=None,
+        description="Share in [0, 1] of the Mamba-state pool held by running requests, as the engine reports it "
+        "(SGLang's sglang:mamba_usage); None: not reported. Not bounded here: a poll never fails on it.",
+    )
     drafter_active: bool = False
     draft_vram_gb: float = Field(default=0.0, description="VRAM the drafter holds (weights + its KV).")
     engine: str = ""

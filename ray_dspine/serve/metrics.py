@@ -6,6 +6,18 @@ divided by the chunk's token count (a verify step delivers several tokens at onc
 first chunk is also split in two, as the Server-Timing header tells it (server_timing.py): the part
 in the replica (`replica`: the engine's queueing and prefill) and the rest of the ingress's wait
 (`ingress - parse - replica`: the router's choice and waits, and Ray's transport both ways).
+
+Per replica, the engine's own gauges are re-exported: an SGLang server binds 127.0.0.1 inside its pod,
+where no Prometheus reaches it, and its replica already reads its /metrics every load_poll_s into the
+LoadSnapshot; Ray exports these gauges on its metrics port with deployment and replica tags
+(`engine_gauges`, rules, for a snapshot s):
+  G1 dspine_spec_accept_length = s.spec_accept_length when reported and >= 1 (SGLang writes 0 until its
+     first verify step, and without speculation); else s.accept_length_ema while the drafter is active;
+     else 1 (an autoregressive step yields one token).
+  G2 dspine_kv_token_usage = s.kv_token_usage clipped to [0, 1] when reported; else
+     1 - free_kv_tokens / total_kv_tokens (0 with no pool). Both count cached, evictable prefixes as free.
+  G3 dspine_mamba_usage = s.mamba_usage clipped to [0, 1] when reported; else
+     1 - free_state_slots / total_state_slots (0 with no pool).
 """
 
 from __future__ import annotations
@@ -111,6 +123,18 @@ class ReplicaMetrics:
         self.queued = metrics.Gauge("dspine_queued_requests", "Requests waiting in the engine.", REPLICA_TAGS)
         self.accept_ema = metrics.Gauge("dspine_accept_length_ema", "Acceptance length EMA.", REPLICA_TAGS)
         self.drafter_active = metrics.Gauge("dspine_drafter_active", "1 with the drafter on, else 0.", REPLICA_TAGS)
+        self.spec_accept_length = metrics.Gauge(
+            "dspine_spec_accept_length",
+            "The engine's mean acceptance length over its recent verify steps (tokens per step; SGLang's "
+            "sglang:spec_accept_length).",
+            REPLICA_TAGS,
+        )
+        self.kv_token_usage = metrics.Gauge(
+            "dspine_kv_token_usage", "Share of KV-cache tokens in use (SGLang's sglang:full_token_usage).", REPLICA_TAGS
+        )
+        self.mamba_usage = metrics.Gauge(
+            "dspine_mamba_usage", "Share of the Mamba-state pool in use (SGLang's sglang:mamba_usage).", REPLICA_TAGS
+        )
         self.cost = metrics.Gauge(
             "dspine_replica_cost_usd_per_hour", "Price of this replica per hour (gpu_hour_usd x GPUs).", REPLICA_TAGS
         )
@@ -126,7 +150,30 @@ class ReplicaMetrics:
         self.queued.set(load.num_queued, tags=tags)
         self.accept_ema.set(load.accept_length_ema, tags=tags)
         self.drafter_active.set(1.0 if load.drafter_active else 0.0, tags=tags)
+        engine = engine_gauges(load)
+        self.spec_accept_length.set(engine["spec_accept_length"], tags=tags)
+        self.kv_token_usage.set(engine["kv_token_usage"], tags=tags)
+        self.mamba_usage.set(engine["mamba_usage"], tags=tags)
         self.cost.set(self._usd_per_hour, tags=tags)
+
+
+def _share(reported: float | None, free: int, total: int) -> float:
+    if reported is not None:
+        return min(max(float(reported), 0.0), 1.0)
+    return 1.0 - free / total if total > 0 else 0.0
+
+
+def engine_gauges(load: LoadSnapshot) -> dict[str, float]:
+    """Rules G1-G3: the engine's acceptance length and pool usage, as the replica exports them."""
+    if load.spec_accept_length is not None and load.spec_accept_length >= 1.0:
+        accept = float(load.spec_accept_length)
+    else:
+        accept = load.accept_length_ema if load.drafter_active else 1.0
+    return {
+        "spec_accept_length": accept,
+        "kv_token_usage": _share(load.kv_token_usage, load.free_kv_tokens, load.total_kv_tokens),
+        "mamba_usage": _share(load.mamba_usage, load.free_state_slots, load.total_state_slots),
+    }
 
 
 def replica_usd_per_hour(gpu_hour_usd: float, num_gpus: float) -> float:

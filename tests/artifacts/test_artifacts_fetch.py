@@ -33,6 +33,26 @@ class CountingClient:
         return self.inner.get_object(**kwargs)
 
 
+class UnreadBody:
+    """Wraps a boto3 client: the body of every GET fails if read (for checks that must come first)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def get_object(self, **kwargs):
+        response = self.inner.get_object(**kwargs)
+        inner_body = response["Body"]
+
+        class Body:
+            def iter_chunks(self, chunk_bytes):
+                raise AssertionError("the body was read before the size check")
+
+            def close(self):
+                inner_body.close()
+
+        return {**response, "Body": Body()}
+
+
 def _upload(client, bucket: str, prefix: str, files: dict[str, bytes]) -> None:
     for path, data in files.items():
         client.put_object(Bucket=bucket, Key=f"{prefix}/{path}", Body=data)
@@ -148,3 +168,23 @@ def test_unsized_pin_and_missing_object(s3_bucket, tmp_path: Path):
     missing = ArtifactRef(uri=f"s3://{bucket}/unsized", files=[_pin("absent.bin", b"x")])
     with pytest.raises(ArtifactError, match="absent.bin: cannot read"):
         fetch(missing, tmp_path, s3_client=client)
+
+
+@pytest.mark.s3
+def test_empty_file_and_placeholder_pins_with_size_zero(s3_bucket, tmp_path: Path):
+    from ray_dspine.artifacts.model import EMPTY_SHA256
+
+    client, bucket = s3_bucket
+    _upload(client, bucket, "zero", {"empty.txt": b"", "config.json": FILES["config.json"]})
+    empty = PinnedFile(path="empty.txt", sha256=EMPTY_SHA256, size_bytes=0)
+    ref = ArtifactRef(uri=f"s3://{bucket}/zero", files=[empty])
+    counting = CountingClient(client)
+    root = fetch(ref, tmp_path, s3_client=counting)
+    assert (root / "empty.txt").read_bytes() == b"" and counting.ranges == [None]  # the object's existence is checked
+
+    placeholder = ArtifactRef(uri=f"s3://{bucket}/zero", files=[PinnedFile(path="config.json", sha256="0" * 64,
+                                                                           size_bytes=0)])  # fmt: skip
+    expected = r"config.json: size mismatch in s3://.*/zero/config.json: expected 0 bytes, got 50 bytes"
+    with pytest.raises(ArtifactError, match=expected):
+        fetch(placeholder, tmp_path, s3_client=UnreadBody(client))  # refused from the GET's headers
+    assert not (root / "config.json").exists() and not (root / "config.json.partial").exists()

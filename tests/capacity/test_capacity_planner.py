@@ -10,6 +10,7 @@ from ray_dspine.capacity.planner import (
     draft_weight_bytes,
     mamba_ratio,
     mamba_state_bytes,
+    replay_ring_bytes_per_request,
     target_kv_bytes_per_token,
     target_weight_bytes,
 )
@@ -74,8 +75,8 @@ def test_rule_sglang_split(make_toy_config, toy_profile):
 
 def test_rule_mamba_ratio(make_toy_config):
     assert mamba_ratio(make_toy_config()) == 3  # no_buffer
-    assert mamba_ratio(make_toy_config(mamba_scheduler_strategy="extra_buffer")) == 5  # 3 + 2 ping-pong
-    assert mamba_ratio(make_toy_config(mamba_scheduler_strategy="extra_buffer", overlap_schedule_enabled=False)) == 4
+    assert mamba_ratio(make_toy_config(mamba_radix_cache_strategy="extra_buffer")) == 5  # 3 + 2 ping-pong
+    assert mamba_ratio(make_toy_config(mamba_radix_cache_strategy="extra_buffer", overlap_schedule_enabled=False)) == 4
     assert mamba_ratio(make_toy_config(radix_cache_enabled=False)) == 1
 
 
@@ -85,8 +86,8 @@ def test_rule_speculation_slots_with_per_draft_snapshots(make_toy_config, toy_pr
     assert plan.max_mamba_cache_size == 300
     assert plan.max_running_requests == 100  # 300 // 3
     assert plan.num_snapshots_per_request == 4
-    # snapshots 100 * 4 * 29,184 = 11,673,600 B
-    assert plan.snapshot_gb_per_gpu * (1 << 30) == 11_673_600
+    # snapshots (100 + 1 padding slot) * 4 * 29,184 = 11,790,336 B
+    assert plan.snapshot_gb_per_gpu * (1 << 30) == 11_790_336
 
 
 def test_rule_replay_ssm_keeps_no_snapshots(make_toy_config, toy_profile):
@@ -96,8 +97,10 @@ def test_rule_replay_ssm_keeps_no_snapshots(make_toy_config, toy_profile):
     assert plan.max_running_requests == 233
     assert plan.num_snapshots_per_request == 0
     assert plan.snapshot_gb_per_gpu == 0.0
-    # KV: 40,857,600 - 700 * 29,184 = 20,428,800; / (1,024 + 512) = 13,300
-    assert plan.free_kv_tokens == 13_300
+    # ReplaySSM ring per slot: 6 layers * (2*4*16*16*2 + 2*2*16*16*2 + 4*16*4) = 6 * 6,400 = 38,400 B
+    assert replay_ring_bytes_per_request(make_toy_config(mamba_strategy="replay_ssm"), toy_profile) == 38_400
+    # KV: 40,857,600 - 701 * 29,184 - 234 * 38,400 = 11,414,016; / (1,024 + 512) = 7,431
+    assert plan.free_kv_tokens == 7_431
 
 
 def test_rule_autoregressive_uses_whole_mamba_share(make_toy_config, toy_profile):
@@ -105,8 +108,8 @@ def test_rule_autoregressive_uses_whole_mamba_share(make_toy_config, toy_profile
     # rest = 536,870,912 - 494,013,312 = 42,857,600; M = 21,428,800; S = floor(21,428,800 / 29,184) = 734
     assert plan.max_mamba_cache_size == 734
     assert plan.max_running_requests == 244  # 734 // 3
-    # KV: 42,857,600 - 734 * 29,184 (= 21,421,056) = 21,436,544; / 1,024 = 20,934
-    assert plan.free_kv_tokens == 20_934
+    # KV: 42,857,600 - 735 * 29,184 (= 21,450,240; one padding slot) = 21,407,360; / 1,024 = 20,905
+    assert plan.free_kv_tokens == 20_905
     assert plan.draft_vram_gb == 0.0
     assert plan.state_slots_per_request == 3
 
@@ -115,16 +118,16 @@ def test_rule_max_running_requests_cap(make_toy_config, toy_profile):
     plan = plan_capacity(make_toy_config(max_running_requests=50), toy_profile)
     assert plan.max_mamba_cache_size == 300  # the pool is solved before the cap
     assert plan.max_running_requests == 50
-    # snapshots only for 50: 50 * 4 * 29,184 = 5,836,800; KV 40,857,600 - 8,755,200 - 5,836,800 = 26,265,600
-    # 26,265,600 / 1,536 = 17,100 tokens
-    assert plan.free_kv_tokens == 17_100
+    # snapshots only for 50 (+1): 51 * 4 * 29,184 = 5,953,536; KV 40,857,600 - 301 * 29,184 - 5,953,536
+    # = 26,119,680; / 1,536 = 17,005 tokens
+    assert plan.free_kv_tokens == 17_005
 
 
 def test_rule_free_kv_tokens(make_toy_config, toy_profile):
     plan = plan_capacity(make_toy_config(), toy_profile)
-    # KV budget = 40,857,600 - 300 * 29,184 - 11,673,600 = 20,428,800; / (1,024 + 512) = 13,300
-    assert plan.kv_budget_gb_per_gpu * (1 << 30) == 20_428_800
-    assert plan.free_kv_tokens == 13_300
+    # KV budget = 40,857,600 - 301 * 29,184 - 101 * 4 * 29,184 = 20,282,880; / (1,024 + 512) = 13,205
+    assert plan.kv_budget_gb_per_gpu * (1 << 30) == 20_282_880
+    assert plan.free_kv_tokens == 13_205
     assert plan.kv_tokens_per_request_max == 4096
     assert plan.num_full_context_requests == 3  # 13,300 // 4,096
 
@@ -132,10 +135,24 @@ def test_rule_free_kv_tokens(make_toy_config, toy_profile):
 def test_rule_draft_window_keeps_a_ring(make_toy_config, toy_draft, toy_profile):
     windowed = toy_draft.model_copy(update={"draft_window_tokens": 100})
     plan = plan_capacity(make_toy_config(draft=windowed), toy_profile)
-    # ring = 100 running * min(100, 4,096) * 512 = 5,120,000; (20,428,800 - 5,120,000) / 1,024 = 14,950
+    # ring = 100 running * min(100, 4,096) * 512 = 5,120,000; (20,282,880 - 5,120,000) / 1,024 = 14,807
     assert plan.draft_ring_gb_per_gpu * (1 << 30) == 5_120_000
-    assert plan.free_kv_tokens == 14_950
+    assert plan.free_kv_tokens == 14_807
     assert plan.draft_vram_gb * (1 << 30) == 2_000_000 + 5_120_000
+    # window 200: ring 100 * 200 * 512 = 10,240,000 -> (20,282,880 - 10,240,000) / 1,024 = 9,807 < 13,205 per
+    # token, so the draft keeps one entry per pooled token instead: 13,205 tokens, 13,205 * 512 = 6,760,960 B
+    wide = plan_capacity(make_toy_config(draft=toy_draft.model_copy(update={"draft_window_tokens": 200})), toy_profile)
+    assert wide.free_kv_tokens == 13_205
+    assert wide.draft_ring_gb_per_gpu == 0.0
+    assert wide.draft_vram_gb * (1 << 30) == 2_000_000 + 6_760_960
+
+
+def test_rule_overlap_schedule_follows_the_strategy(make_toy_config):
+    assert make_toy_config().overlap_schedule() is False  # no_buffer with the radix cache: SGLang needs it off
+    assert make_toy_config(mamba_radix_cache_strategy="extra_buffer").overlap_schedule() is True
+    assert make_toy_config(radix_cache_enabled=False).overlap_schedule() is True  # no Mamba radix cache at all
+    with pytest.raises(ValueError, match="no_buffer do not support overlap schedule"):
+        make_toy_config(overlap_schedule_enabled=True)
 
 
 def test_rule_state_slots_headroom(make_toy_config, toy_profile):
@@ -152,8 +169,8 @@ def test_rule_state_slots_headroom(make_toy_config, toy_profile):
 
 def test_rule_draft_vram(make_toy_config, toy_profile):
     plan = plan_capacity(make_toy_config(), toy_profile)
-    # weights 2,000,000 + KV at full pool 13,300 * 512 = 6,809,600 -> 8,809,600 B
-    assert plan.draft_vram_gb * (1 << 30) == 8_809_600
+    # weights 2,000,000 + KV at full pool 13,205 * 512 = 6,760,960 -> 8,760,960 B
+    assert plan.draft_vram_gb * (1 << 30) == 8_760_960
 
 
 def test_tp_scaling(qwen_profile, dspine):
@@ -177,7 +194,7 @@ def test_rule_refuses_when_kv_is_below_context(make_toy_config, toy_profile):
     message = str(err.value)
     assert message.startswith("dspine-agent does not fit on toy x1: 1.0 GiB x 0.5 = 0.5 GiB static per GPU")
     assert "-> 300 slots of 29,184 B x (1 + 4/3) -> 100 running" in message
-    assert "= 13,300 tokens < context 16,384 tokens" in message
+    assert "= 13,205 tokens < context 16,384 tokens" in message
     assert "lower context_length_tokens or speculative_num_draft_tokens" in message
 
 
@@ -204,12 +221,16 @@ def test_rule_sglang_args(make_toy_config, toy_profile):
         "--max-running-requests", "100",
         "--max-mamba-cache-size", "300",
         "--mamba-full-memory-ratio", "1",
-        "--mamba-scheduler-strategy", "no_buffer",
+        "--mamba-radix-cache-strategy", "no_buffer",
         "--mamba-ssm-dtype", "float32",
         "--kv-cache-dtype", "auto",
+        "--disable-overlap-schedule",  # SGLang asserts it for no_buffer with the radix cache on
         "--speculative-num-draft-tokens", "4",
     ]  # fmt: skip
-    replay = plan_capacity(make_toy_config(mamba_strategy="replay_ssm", radix_cache_enabled=False), toy_profile)
+    extra = plan_capacity(make_toy_config(mamba_radix_cache_strategy="extra_buffer"), toy_profile)
+    assert "--disable-overlap-schedule" not in extra.sglang_args  # extra_buffer keeps the overlap scheduler
+    replay = plan_capacity(make_toy_config(mamba_strategy="replay_ssm", radix_cache_enabled=False,
+                                           max_running_requests=100), toy_profile)  # fmt: skip
     assert replay.sglang_args[-4:] == [
         "--disable-radix-cache", "--speculative-num-draft-tokens", "4", "--enable-linear-replayssm-spec",
     ]  # fmt: skip
@@ -218,11 +239,28 @@ def test_rule_sglang_args(make_toy_config, toy_profile):
 def test_h200_dspine_pool_fits(qwen_profile, dspine):
     plan = plan_capacity(CapacityConfig(gpu="H200", mem_fraction_static=0.88, draft=dspine), qwen_profile)
     # static floor(143,771 MiB * 2**20 * 0.88) = floor(150,754,820,096 * 0.88) = 132,664,241,684
-    # weights 53,790,638,080 + 4,060,000,000 = 57,850,638,080 -> rest 74,813,603,604
-    # M = floor(rest * 0.9 / 1.9) = 35,438,022,759; S = floor(M * 3 / (153,944,064 * 19)) = 36; N = 36 // 3 = 12
-    # KV budget = rest - 36 p - 12 * 16 p = rest - 228 * 153,944,064 = 39,714,357,012
-    # T = floor(39,714,357,012 / (65,536 + 10,240)) = 524,102
+    # weights 53,790,638,080 + 4,060,000,000 = 57,850,638,080; a multimodal checkpoint (Qwen3.5's vision tower)
+    # reserves 100 MiB = 104,857,600 -> rest 74,708,746,004
+    # M = floor(rest * 0.9 / 1.9) = 35,388,353,370; S = floor(M * 3 / (153,944,064 * 19)) = 36; N = 36 // 3 = 12
+    # KV budget = rest - 37 p - 13 * 16 p = rest - 245 * 153,944,064 = 36,992,450,324
+    # T = floor(36,992,450,324 / (65,536 + 10,240)) = 488,181
     assert plan.max_mamba_cache_size == 36
     assert plan.max_running_requests == 12
-    assert plan.free_kv_tokens == 524_102
+    assert plan.free_kv_tokens == 488_181
     assert plan.profile_assumption is not None and "ASSUMED" in plan.profile_assumption
+
+
+def test_rule_replay_ring_and_multimodal_reserve_match_sglang(qwen_profile, dspine):
+    cfg = CapacityConfig(gpu="H200", mem_fraction_static=0.85, draft=dspine, mamba_strategy="replay_ssm",
+                         context_length_tokens=131_072)  # fmt: skip
+    # 48 layers * (2*48*16*128*2 + 2*16*16*128*2 + 48*16*4) = 48 * 527,360 = 25,313,280 B: SGLang 0.5.23's
+    # replayssm_ring_bytes_per_req(16) for this shape
+    assert replay_ring_bytes_per_request(cfg, qwen_profile) == 25_313_280
+    assert replay_ring_bytes_per_request(cfg.model_copy(update={"draft": None}), qwen_profile) == 0
+    assert qwen_profile.multimodal  # Qwen3_5ForConditionalGeneration: SGLang reserves 100 MiB for it
+    plan = plan_capacity(cfg, qwen_profile)
+    # rest = floor(143,771 MiB * 0.85) = 128,141,597,081 - 53,790,638,080 - 4,060,000,000 - 104,857,600
+    #      = 70,186,101,401; M = floor(rest * 0.9 / 1.9) = 33,246,048,032 -> S = floor(M / 153,944,064) = 215, N = 71
+    # KV = rest - 216 * 153,944,064 - 72 * 25,313,280 = 35,111,627,417; / (65,536 + 10,240) = 463,360
+    assert (plan.max_mamba_cache_size, plan.max_running_requests) == (215, 71)
+    assert plan.free_kv_tokens == 463_360

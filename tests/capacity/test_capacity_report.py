@@ -11,7 +11,7 @@ def test_format_plan_table(make_toy_config, toy_profile):
     text = format_plan("toy-pool", plan_capacity(make_toy_config(), toy_profile))
     lines = text.splitlines()
     assert lines[0] == "pool toy-pool"
-    assert "  free KV tokens        13,300 = 3 x context 4,096" in lines
+    assert "  free KV tokens        13,205 = 3 x context 4,096" in lines
     assert "  Mamba pool            300 slots, ratio 3, 4 snapshots/request (snapshot_per_draft)" in lines
     assert "  state slots           700 total, 7 per request" in lines
     assert lines[-1].startswith("  sglang args           --tp-size 1 --mem-fraction-static 0.5")
@@ -28,6 +28,6 @@ def test_format_plan_flags_assumed_profile(qwen_profile, dspine):
 def test_plan_json_round_trip(make_toy_config, toy_profile):
     plan = plan_capacity(make_toy_config(), toy_profile)
     data = json.loads(json.dumps(plan.model_dump()))
-    assert data["free_kv_tokens"] == 13_300
+    assert data["free_kv_tokens"] == 13_205
     assert data["sglang_args"][:2] == ["--tp-size", "1"]
     assert type(plan).model_validate(data) == plan

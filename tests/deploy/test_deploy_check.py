@@ -103,11 +103,12 @@ def test_rule_w1_placeholder_pins():
     assert is_placeholder_sha256("0" * 64) and is_placeholder_sha256("f" * 64)
     assert not is_placeholder_sha256(hashlib.sha256(b"config").hexdigest())
     ref = ArtifactRef(uri="s3://models/qwen/", files=[
-        {"path": "a.json", "sha256": "0" * 64}, {"path": "b.json", "sha256": hashlib.sha256(b"b").hexdigest()},
+        {"path": "a.json", "sha256": "0" * 64, "size_bytes": 0},
+        {"path": "b.json", "sha256": hashlib.sha256(b"b").hexdigest(), "size_bytes": 1},
     ])  # fmt: skip
     [finding] = placeholder_findings(ref, "x")
     assert finding.path == "x.files" and finding.message == "1 of 2 sha256 pins are placeholders (a.json)"
-    marked = ArtifactRef(uri="s3://replace-me-bucket/q/", files=[{"path": "a", "sha256": "1" * 64}])
+    marked = ArtifactRef(uri="s3://replace-me-bucket/q/", files=[{"path": "a", "sha256": "1" * 64, "size_bytes": 0}])
     assert [f.path for f in placeholder_findings(marked, "y")] == ["y.uri", "y.files"]
 
 
@@ -121,14 +122,14 @@ def test_rule_w2_w3_policy_matches_pool_and_plan(tmp_path):
     assert "differs from the pool's gpu_hour_usd 3.5" in warnings_at(report, f"{path}.gpu_hour_usd")[0].message
     assert warnings_at(report, f"{path}.gpus_per_replica")[0].fix == "set gpus_per_replica: 1"
     [model] = warnings_at(report, f"{path}.capacity.max_running_requests")
-    assert model.message == "64 differs from the plan's 72" and report.errors == []
+    assert model.message == "64 differs from the plan's 71" and report.errors == []
 
 
 def test_rule_w4_ongoing_below_running(tmp_path):
     doc = prod_document()
     app_args(doc)["pools"][0]["deployment"]["max_ongoing_requests"] = 8
     [warning] = warnings_at(check_config(write(tmp_path, doc)), f"{POOL0}.deployment.max_ongoing_requests")
-    assert warning.message.startswith("8 is below the planned 72 running requests")
+    assert warning.message.startswith("8 is below the planned 71 running requests")
 
 
 def test_sglang_commands_use_the_replica_cache_and_drop_drafter_flags_for_fallback():
@@ -149,7 +150,8 @@ def test_cli_prod_exits_zero_and_prints_commands(capsys):
     assert main(["check", str(PROD)]) == 0
     out, err = capsys.readouterr()
     assert out.count("sglang command (drafter on):") == 3 and "--speculative-algorithm DFLASH" in out
-    assert "OK (3 pools checked, 0 errors, 12 warnings)" in out
+    assert "OK (3 pools checked, 0 errors, 16 warnings)" in out  # 12 placeholders, 4 from SGLang's judge
+    assert out.count("validated by sglang 0.5.23: ok") == 6
     assert "WARNING applications[0].args.pools[0].engine.target.files: 16 of 16 sha256 pins are placeholders" in err
     assert main(["check", "--strict", str(PROD)]) == 1
 
@@ -184,7 +186,7 @@ def test_simulated_pool_gets_a_plan_but_no_sglang_command(tmp_path):
     report = check_config(write(tmp_path, doc))
     assert report.errors == []
     simulated = report.pools[0]
-    assert simulated.engine_kind == "simulated" and simulated.plan.max_running_requests == 72
+    assert simulated.engine_kind == "simulated" and simulated.plan.max_running_requests == 71
     assert simulated.command is None and simulated.fallback_command is None
 
 

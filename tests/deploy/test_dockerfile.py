@@ -18,6 +18,9 @@ def test_installs_sglang_the_plugin_and_this_package():
     assert '"sglang==${SGLANG_VERSION}"' in DOCKERFILE
     assert re.search(r"^ARG DSPINE_PLUGIN_SPEC=\"\"$", DOCKERFILE, re.M) and '"${DSPINE_PLUGIN_SPEC}"' in DOCKERFILE
     assert "group='sglang.srt.plugins'" in DOCKERFILE  # the build proves the plugin registered
+    # ... and that SGLang itself resolves every algorithm the pools use (judge.py's --require-algorithm mode,
+    # exercised with a real entry-point plugin in tests/sglang_contract/test_command_lines.py)
+    assert "python -m ray_dspine.engines.sglang.judge --require-algorithm DSPINE DFLASH" in DOCKERFILE
     assert '".[gpu]"' in DOCKERFILE  # the router and policy classes must import in the image:
     assert "import ray_dspine.routing.ray_router, ray_dspine.autoscale.ray_policy" in DOCKERFILE
 

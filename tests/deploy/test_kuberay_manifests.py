@@ -12,14 +12,17 @@ from ray_dspine.cli import build_parser
 from ray_dspine.deploy import render_cli
 from ray_dspine.deploy.check import check_config
 from ray_dspine.deploy.crd import load_crd_schema, manifest_errors, strict_schema
+from ray_dspine.config_io import load_app_configs
 from ray_dspine.deploy.kuberay import (
     RenderError,
     RenderOptions,
     default_output,
     default_template,
     memory_bytes,
+    render_manifest,
     render_text,
 )
+from ray_dspine.deploy.model_cache import DEFAULT_CLAIM, DEFAULT_SIZE_GIB, ModelCache
 
 VARIANTS = {"h200": (PROD, KUBERAY / "rayservice.yaml"), "h100": (PROD_H100, KUBERAY / "rayservice-h100.yaml")}
 
@@ -179,8 +182,10 @@ def test_render_refuses_mixed_gpu_models(tmp_path, monkeypatch, capsys):
 @pytest.mark.parametrize(
     ("extra_args", "rendered"),
     [
-        # ratio 2: KV 59.7 + Mamba 61.9 = 121.6 GiB per GPU (ray-dspine plan), 8 GPUs: 973 GiB > 960Gi
-        (["--enable-hierarchical-cache"], False),
+        # ratio 2.2: KV 62.2 + Mamba 67.8 = 130.0 GiB per GPU (ray-dspine plan), 8 GPUs: 1,040 GiB > 960Gi
+        (["--enable-hierarchical-cache", "--hicache-ratio", "2.2"], False),
+        # ratio 2 (SGLang's default): 118.2 GiB per GPU, 946 GiB for 8 GPUs, just fits
+        (["--enable-hierarchical-cache"], True),
         # ratio 1: half of it, 486 GiB for 8 GPUs, fits
         (["--enable-hierarchical-cache", "--hicache-ratio", "1"], True),
     ],
@@ -197,7 +202,7 @@ def test_render_refuses_a_hicache_host_tier_the_worker_pod_cannot_hold(
     assert render(argv) == (0 if rendered else 1)
     if not rendered:
         assert (
-            "pool dspine-agent's HiCache host tier takes 121.6 GiB of host memory per GPU, 973 GiB for a worker "
+            "pool dspine-agent's HiCache host tier takes 130.0 GiB of host memory per GPU, 1040 GiB for a worker "
             "pod's 8 GPUs, more than its memory limit 960Gi" in capsys.readouterr().err
         )
 
@@ -228,3 +233,147 @@ def test_drafter_off_patch_for_kubectl(tmp_path, monkeypatch, capsys):
     serve_config = yaml.safe_load(json.loads(capsys.readouterr().out)["spec"]["serveConfigV2"])
     overrides = {entry["name"]: entry for entry in serve_config["applications"][0]["deployments"]}
     assert overrides["pool-dspine-agent"]["user_config"] == {"drafter_enabled": False}
+
+
+# --- model cache (deploy/model_cache.py) ----------------------------------------------------------
+
+
+def worker_pod(manifest):
+    return manifest["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]["template"]
+
+
+def render_with(cache: ModelCache, config=PROD, image="ray-dspine:0.1.0"):
+    return render_manifest(RenderOptions(config_path=config, template_path=KUBERAY / "template.yaml", image=image,
+                                         model_cache=cache))  # fmt: skip
+
+
+@pytest.mark.parametrize("manifest_name", ["rayservice.yaml", "rayservice-h100.yaml"])
+def test_rule_models_committed_manifests_share_the_pvc(manifest_name):
+    pod = worker_pod(load(KUBERAY / manifest_name))
+    [cache] = [volume for volume in pod["spec"]["volumes"] if volume["name"] == "models"]
+    assert cache == {"name": "models", "persistentVolumeClaim": {"claimName": "ray-dspine-models"}}
+    assert pod["spec"]["securityContext"] == {"fsGroup": 100, "fsGroupChangePolicy": "OnRootMismatch"}
+    [container] = pod["spec"]["containers"]
+    assert {"name": "models", "mountPath": "/mnt/models"} in container["volumeMounts"]
+    assert "initContainers" not in pod["spec"]
+
+
+def test_rule_models_the_pvc_file_is_the_claim_the_manifests_mount():
+    claim = load(KUBERAY / "model-cache-pvc.yaml")
+    assert (claim["apiVersion"], claim["kind"], claim["metadata"]["name"]) == (
+        "v1", "PersistentVolumeClaim", DEFAULT_CLAIM)
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]  # every worker pod on every node mounts it
+    assert claim["spec"]["resources"]["requests"]["storage"] == f"{DEFAULT_SIZE_GIB}Gi" == "500Gi"
+
+
+def test_rule_models_every_gpu_pool_caches_under_the_mount():
+    for config in (PROD, PROD_H100):
+        for _, app in load_app_configs(config):
+            for pool in app.pools:
+                assert pool.engine.cache_dir.startswith("/mnt/models/"), (config.name, pool.name)
+
+
+@pytest.mark.parametrize(
+    ("cache", "expected_volume", "security", "init_command"),
+    [
+        (ModelCache(), {"persistentVolumeClaim": {"claimName": "ray-dspine-models"}},
+         {"fsGroup": 100, "fsGroupChangePolicy": "OnRootMismatch"}, None),
+        (ModelCache(kind="pvc", claim_name="models-h200"), {"persistentVolumeClaim": {"claimName": "models-h200"}},
+         {"fsGroup": 100, "fsGroupChangePolicy": "OnRootMismatch"}, None),
+        (ModelCache(kind="host-path", host_path="/data/models"),
+         {"hostPath": {"path": "/data/models", "type": "DirectoryOrCreate"}}, None,
+         ["chown", "1000:100", "/mnt/models"]),
+        (ModelCache(kind="empty-dir", size_gib=300), {"emptyDir": {"sizeLimit": "300Gi"}}, None, None),
+    ],
+)  # fmt: skip
+def test_rule_models_kinds_render_valid_manifests(cache, expected_volume, security, init_command, crd_schema):
+    manifest = render_with(cache, image="registry.example/ray-dspine:2")
+    assert manifest_errors(manifest, crd_schema) == []
+    spec = worker_pod(manifest)["spec"]
+    assert [v["name"] for v in spec["volumes"]] == ["dshm", "models"]  # the template's order
+    assert spec["volumes"][1] == {"name": "models", **expected_volume}
+    assert spec.get("securityContext") == security
+    if init_command is None:
+        assert "initContainers" not in spec
+    else:
+        [init] = spec["initContainers"]
+        assert init["command"] == init_command and init["image"] == "registry.example/ray-dspine:2"
+        assert init["securityContext"] == {"runAsUser": 0, "runAsGroup": 0}
+        assert init["volumeMounts"] == [{"name": "models", "mountPath": "/mnt/models"}]
+
+
+def test_rule_models_a_cache_dir_outside_the_mount_is_refused(tmp_path):
+    document = load(PROD)
+    document["applications"][0]["args"]["pools"][1]["engine"]["cache_dir"] = "/tmp/ray-dspine-artifacts"
+    config = write(tmp_path, document, "prod-tmpcache.yaml")
+    with pytest.raises(RenderError) as info:
+        render_with(ModelCache(), config=config)
+    assert str(info.value) == (
+        "pool dspine-reasoning caches artifacts in /tmp/ray-dspine-artifacts, outside the model cache volume "
+        "mounted at /mnt/models: set its engine.cache_dir under /mnt/models (e.g. /mnt/models/ray-dspine-artifacts)"
+    )
+
+
+def sized_prod(tmp_path):
+    """prod.yaml with 11 target shards of 5,000,000,000 bytes and a 4,060,000,000-byte DSpine drafter."""
+    document = load(PROD)
+    pools = document["applications"][0]["args"]["pools"]
+    for pin in pools[0]["engine"]["target"]["files"]:  # one target, shared by the three pools
+        pin["size_bytes"] = 5_000_000_000 if pin["path"].startswith("model-0") else 0
+    for pin in pools[0]["engine"]["draft"]["files"]:
+        pin["size_bytes"] = 4_060_000_000 if pin["path"] == "model.safetensors" else 0
+    for pool in pools:
+        pool["engine"]["target"] = pools[0]["engine"]["target"]
+        if pool["engine"]["draft"]["uri"] == pools[0]["engine"]["draft"]["uri"]:
+            pool["engine"]["draft"] = pools[0]["engine"]["draft"]
+    return write(tmp_path, document, "prod-sized.yaml")
+
+
+def test_rule_models_pinned_files_must_fit_the_cache(tmp_path):
+    config = sized_prod(tmp_path)
+    # 11 x 5,000,000,000 + 4,060,000,000 = 59,060,000,000 bytes, counted once although three pools pin the
+    # target: 56 GiB = 60,129,542,144 bytes holds it, 55 GiB = 59,055,800,320 bytes does not.
+    assert worker_pod(render_with(ModelCache(size_gib=56), config=config))
+    with pytest.raises(RenderError) as info:
+        render_with(ModelCache(size_gib=55), config=config)
+    assert str(info.value).startswith(
+        "the pinned artifacts take 59,060,000,000 bytes (55.0 GiB), more than the model cache's 55 GiB "
+        "(largest: s3://replace-me-model-bucket/qwen3.8-27b): raise --model-cache-size-gib"
+    )
+
+
+def test_render_model_cache_flags(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(REPO)
+    out = tmp_path / "hostpath.yaml"
+    assert render(["kuberay", "--out", str(out), "--model-cache", "host-path",
+                   "--model-cache-host-path", "/data/models"]) == 0  # fmt: skip
+    [cache] = [v for v in worker_pod(load(out))["spec"]["volumes"] if v["name"] == "models"]
+    assert cache["hostPath"]["path"] == "/data/models"
+    capsys.readouterr()
+    assert render(["kuberay", "--out", str(out), "--model-cache-host-path", "data/models"]) == 1
+    assert "--model-cache-*: host_path: Value error, host_path 'data/models' must be an absolute" in (
+        capsys.readouterr().err)
+    assert render(["kuberay", "--out", str(out), "--model-cache-size-gib", "1"]) == 0  # placeholders: 0 bytes
+
+
+# --- metrics scraping ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("manifest_name", ["rayservice.yaml", "rayservice-h100.yaml"])
+def test_every_pod_exposes_rays_metrics_port_to_prometheus(manifest_name):
+    manifest = load(KUBERAY / manifest_name)
+    monitor = load(KUBERAY / "podmonitor.yaml")
+    assert (monitor["apiVersion"], monitor["kind"]) == ("monitoring.coreos.com/v1", "PodMonitor")
+    [endpoint] = monitor["spec"]["podMetricsEndpoints"]
+    cluster = manifest["spec"]["rayClusterConfig"]
+    groups = [cluster["headGroupSpec"]] + cluster["workerGroupSpecs"]
+    for group in groups:
+        port = group["rayStartParams"]["metrics-export-port"]
+        pod = group["template"]
+        labels = pod["metadata"]["labels"]
+        assert monitor["spec"]["selector"]["matchLabels"].items() <= labels.items()
+        assert pod["metadata"]["annotations"] == {
+            "prometheus.io/scrape": "true", "prometheus.io/port": port, "prometheus.io/path": endpoint["path"]}
+        for container in pod["spec"]["containers"]:
+            named = {p["name"]: p["containerPort"] for p in container["ports"]}
+            assert str(named[endpoint["port"]]) == port == "8080"

@@ -19,6 +19,9 @@ REQUIRED_METRICS = {
     "placements by outcome (turns moved off their replica)": "ray_dspine_routing_placements_total",
     "requests the router held": "ray_dspine_routing_holds_total",
     "routing decision time": "ray_dspine_routing_decision_s_bucket",
+    "SGLang's acceptance length per replica": "ray_dspine_spec_accept_length",
+    "SGLang's KV token usage per replica": "ray_dspine_kv_token_usage",
+    "SGLang's Mamba usage per replica": "ray_dspine_mamba_usage",
 }
 
 
@@ -80,3 +83,14 @@ def test_routing_panels_and_operations_guide_name_every_outcome_the_router_count
         assert outcome in panels["Placements by outcome"]["description"] and f"`{outcome}`" in guide, outcome
     for kind in HOLD_KINDS:
         assert kind in panels["Requests held by the router"]["description"] and f"`{kind}`" in guide, kind
+
+
+def test_engine_panels_show_each_replica():
+    """SGLang's gauges differ per replica: each engine panel keeps the replica label Ray adds."""
+    panels = {panel["title"]: panel for panel in data_panels(load_dashboard())}
+    for title, metric in [("Speculative acceptance length per replica", "ray_dspine_spec_accept_length"),
+                          ("KV-cache token usage per replica", "ray_dspine_kv_token_usage"),
+                          ("Mamba-state usage per replica", "ray_dspine_mamba_usage")]:  # fmt: skip
+        [target] = panels[title]["targets"]
+        assert target["expr"] == f'max by (pool, replica) ({metric}{{pool=~"$pool"}})', title
+        assert "{{replica}}" in target["legendFormat"], title

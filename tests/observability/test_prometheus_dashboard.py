@@ -153,3 +153,13 @@ def test_every_dashboard_panel_returns_data(serve_app, prometheus):
         "query": 'sum by (outcome, policy) (ray_dspine_routing_placements_total{pool="sim-dspine"})'}).json()
     outcomes = {(s["metric"]["outcome"], s["metric"]["policy"]) for s in placed["data"]["result"]}
     assert outcomes == {("new_session", "headroom"), ("stayed", "headroom")}, placed
+    # The simulated engine reports none of SGLang's own gauges, so each replica derives them (serve/metrics.py,
+    # G1-G3) from the same snapshot, in the same scrape, as the headroom gauges: the differences are exactly 0.
+    for expr in [
+        "ray_dspine_kv_token_usage - (1 - ray_dspine_kv_free_tokens / ray_dspine_kv_total_tokens)",
+        "ray_dspine_mamba_usage - (1 - ray_dspine_state_free_slots / ray_dspine_state_total_slots)",
+        "ray_dspine_spec_accept_length - ray_dspine_accept_length_ema",  # both arms run their drafter
+    ]:
+        result = httpx.get(f"{prometheus}/api/v1/query", params={"query": expr}).json()["data"]["result"]
+        replicas = {sample["metric"]["replica"] for sample in result}
+        assert len(replicas) == 2 and all(abs(float(s["value"][1])) < 1e-9 for s in result), (expr, result)

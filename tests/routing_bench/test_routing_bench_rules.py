@@ -123,8 +123,8 @@ def test_rule_app_differs_only_in_router_policy_and_the_pacing_of_ours_replicas(
         dumps.append(dump)
     assert dumps[0] == dumps[1] == dumps[2]
     deployment = apps["headroom"].pools[0].deployment
-    # The DSpine/ReplaySSM H200 plan runs 72 requests at once; Ray sends each replica at most that many.
-    assert deployment.num_replicas == 3 and deployment.max_ongoing_requests == 72
+    # The DSpine/ReplaySSM H200 plan runs 71 requests at once; Ray sends each replica at most that many.
+    assert deployment.num_replicas == 3 and deployment.max_ongoing_requests == 71
     assert request_router_config(apps["pow2"].pools[0].deployment) is None  # Ray's PowerOfTwoChoices
     # GPU-second defaults in wall seconds at engine_time_scale 0.5: 6 s, 12 s, 0.5 s and 1 s halved; the
     # per-cached ratio (seconds per second) is scale-free

@@ -24,13 +24,13 @@ def test_plan_prints_the_host_tier_and_its_host_memory(tmp_path, capsys):
     path = with_hicache(tmp_path, ["--enable-hierarchical-cache", "--hicache-write-policy", "write_back"])
     assert main(["plan", str(path)]) == 0
     out = capsys.readouterr().out
-    # ratio 2 (SGLang's default): 2 x 488,796 device tokens = 977,592; KV 977,592 x 65,536 B = 59.7 GiB;
-    # Mamba 2 x 216 slots x 146.8 MiB = 61.9 GiB; 121.6 GiB of host memory per GPU
-    assert "hicache host tier     977,592 KV tokens; host memory KV 59.7 + Mamba 61.9 = 121.6 GiB per GPU" in out
+    # ratio 2 (SGLang's default): 2 x 463,360 device tokens = 926,720; KV 926,720 x 65,536 B = 56.6 GiB;
+    # Mamba 2 x 215 slots x 146.8 MiB = 61.6 GiB; 118.2 GiB of host memory per GPU
+    assert "hicache host tier     926,720 KV tokens; host memory KV 56.6 + Mamba 61.6 = 118.2 GiB per GPU" in out
     assert out.count("hicache host tier") == 1  # the other pools run without it
     assert main(["plan", str(path), "--json"]) == 0
     pools = json.loads(capsys.readouterr().out)["pools"]
     assert pools["dspine/dspine-agent"]["hicache_host"] == {
-        "kv_tokens": 977_592, "kv_bytes": 2 * 488_796 * 65_536, "mamba_bytes": 2 * 216 * 153_944_064,
+        "kv_tokens": 926_720, "kv_bytes": 2 * 463_360 * 65_536, "mamba_bytes": 2 * 215 * 153_944_064,
     }  # fmt: skip
     assert pools["dspine/dflash2"]["hicache_host"] is None

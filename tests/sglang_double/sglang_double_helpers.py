@@ -2,8 +2,10 @@
 
 Capacity used throughout (H200, mem_fraction_static 0.85, shipped qwen3.8-27b profile, DSpine 2.03B / 5 layers
 / 16 draft tokens / 8,192-token window, ReplaySSM), as the planner computes it:
-  with the drafter:  max_running_requests 72, state_slots_per_request 3, max_mamba_cache_size 216,
-                     draft_vram_gb 9.4062 (ReplaySSM keeps no per-draft snapshots, so k = q = 3).
+  with the drafter:  max_running_requests 71, state_slots_per_request 3, max_mamba_cache_size 215,
+                     draft_vram_gb 8.2001 = 3.7811 GiB of weights + 463,360 tokens x 10,240 B (a ring of
+                     71 x 8,192 tokens would be larger, so the window saves nothing at this pool size);
+                     ReplaySSM keeps no per-draft snapshots, so k = q = 3.
   autoregressive:    max_running_requests 76, state_slots_per_request 3, max_mamba_cache_size 228.
 """
 
@@ -11,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import importlib.util
 import json
 import sys
 import time
@@ -23,13 +24,6 @@ from ray_dspine.capacity import CapacityConfig, DraftConfig
 from ray_dspine.engines.sglang import SGLangEngineConfig, launch_subprocess
 
 DOUBLE = Path(__file__).resolve().parent / "sglang_double.py"
-
-
-def load_double_module():
-    spec = importlib.util.spec_from_file_location("sglang_double", DOUBLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 async def double_launcher(command, env, log_path):
@@ -64,7 +58,7 @@ def config_factory(tmp_path: Path) -> Callable[..., SGLangEngineConfig]:
             target=target, draft=draft, speculative_algorithm="DSPINE", capacity=dspine_capacity(),
             python_executable=sys.executable, log_dir=str(tmp_path / "logs"), cache_dir=str(tmp_path / "cache"),
             env={"SGLANG_DOUBLE_EVENTS": str(events), **(env or {})},
-            startup_timeout_s=20.0, health_poll_s=0.05, load_poll_s=60.0, restart_backoff_s=0.05,
+            startup_timeout_s=120.0, health_poll_s=0.05, load_poll_s=60.0, restart_backoff_s=0.05,
             restart_backoff_max_s=0.2, stop_grace_s=5.0, drain_s=2.0, request_timeout_s=20.0,
         )
         fields.update(overrides)
@@ -78,7 +72,7 @@ def read_events(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-async def wait_until(predicate: Callable[[], bool], timeout_s: float = 15.0, what: str = "condition") -> None:
+async def wait_until(predicate: Callable[[], bool], timeout_s: float = 120.0, what: str = "condition") -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():
         if time.monotonic() > deadline:
@@ -86,5 +80,5 @@ async def wait_until(predicate: Callable[[], bool], timeout_s: float = 15.0, wha
         await asyncio.sleep(0.02)
 
 
-def run(coro, timeout_s: float = 60.0):
+def run(coro, timeout_s: float = 300.0):
     return asyncio.run(asyncio.wait_for(coro, timeout_s))

@@ -157,8 +157,8 @@ def test_rule_load_snapshot_from_loads_and_gauges():
     bare = build_snapshot(LoadInputs({"loads": [{"num_running_reqs": 1, "num_used_tokens": 300,
                                                   "max_total_num_tokens": 1000}]}), plan,
                           healthy=True, drafter_active=False, accept_ema=4.2)
-    # no gauges: free = 1000 - 300; N from the plan (72): left = 71, free slots 71 * 3 = 213; EMA reported as 1.0
-    assert (bare.free_kv_tokens, bare.free_state_slots, bare.accept_length_ema, bare.draft_vram_gb) == (700, 213, 1.0, 0.0)
+    # no gauges: free = 1000 - 300; N from the plan (71): left = 70, free slots 70 * 3 = 210; EMA reported as 1.0
+    assert (bare.free_kv_tokens, bare.free_state_slots, bare.accept_length_ema, bare.draft_vram_gb) == (700, 210, 1.0, 0.0)
     assert bare.evictable_kv_tokens is None  # L3b: no gauge, not reported
     assert update_ema(1.0, 5.0, 0.25) == pytest.approx(2.0)  # 0.75 * 1 + 0.25 * 5
 
@@ -184,13 +184,23 @@ def test_engine_speaks_the_protocol_and_constructs_without_work(make_config, tmp
 
 
 def test_rule_extra_args_go_last(make_config):
-    from ray_dspine.engines.sglang import SGLANG_0_5_23_ARGS, flags_of, render_command
+    from ray_dspine.engines.sglang import render_command
 
     config = make_config(extra_args=["--max-total-tokens", "1000"])
     plan = plan_capacity(config.capacity, resolve_profile(config.capacity))
     command = render_command(config, plan, model_dir="/m", draft_dir="/d", port=2, drafter=True)
     assert command[-2:] == ["--max-total-tokens", "1000"]
-    assert set(flags_of(command)) - set(SGLANG_0_5_23_ARGS) == {"--max-total-tokens"}  # reported as unverified
+
+
+def test_rule_trust_remote_code(make_config):
+    from ray_dspine.engines.sglang import render_command
+
+    config = make_config(trust_remote_code=True)
+    plan = plan_capacity(config.capacity, resolve_profile(config.capacity))
+    command = render_command(config, plan, model_dir="/m", draft_dir="/d", port=2, drafter=False)
+    assert command.count("--trust-remote-code") == 1  # the fallback loads the same target: it keeps the flag
+    with pytest.raises(ValueError, match="set trust_remote_code: true instead"):
+        make_config(extra_args=["--trust-remote-code"])
 
 
 class _FakeProcess:
@@ -248,3 +258,29 @@ def test_drafter_switch_during_startup_is_not_lost(tmp_path):
 
     assert asyncio.run(main()) == ("ready", False, 0)
     assert launched == [True, False]
+
+
+def test_rule_l8_operator_gauges_and_ratio_means(make_config):
+    from ray_dspine.engines.sglang.load import LoadInputs, build_snapshot, parse_gauges
+
+    config = make_config()
+    plan = plan_capacity(config.capacity, resolve_profile(config.capacity))
+    text = (
+        "# TYPE sglang:full_token_usage gauge\n"
+        'sglang:full_token_usage{dp_rank="0",tp_rank="0"} 0.2\n'
+        'sglang:full_token_usage{dp_rank="1",tp_rank="0"} 0.6\n'
+        "# TYPE sglang:spec_accept_length gauge\n"
+        'sglang:spec_accept_length{dp_rank="0",tp_rank="0"} 3.0\n'
+        'sglang:spec_accept_length{dp_rank="0",tp_rank="1"} 3.5\n'
+        "# TYPE sglang:num_running_reqs gauge\n"
+        'sglang:num_running_reqs{dp_rank="0",tp_rank="0"} 2\n'
+        'sglang:num_running_reqs{dp_rank="1",tp_rank="0"} 3\n'
+    )
+    gauges = parse_gauges(text)
+    # shares average over DP ranks: (0.2 + 0.6) / 2 = 0.4; within a rank the max over TP: 3.5; counts add: 5
+    assert gauges == pytest.approx({"sglang:full_token_usage": 0.4, "sglang:spec_accept_length": 3.5,
+                                    "sglang:num_running_reqs": 5.0})  # fmt: skip
+    on = build_snapshot(LoadInputs({}, gauges), plan, healthy=True, drafter_active=True, accept_ema=2.0)
+    assert (on.kv_token_usage, on.spec_accept_length, on.mamba_usage) == (pytest.approx(0.4), 3.5, None)
+    off = build_snapshot(LoadInputs({}, gauges), plan, healthy=True, drafter_active=False, accept_ema=2.0)
+    assert off.spec_accept_length is None  # no drafter, no acceptance to report

@@ -1,6 +1,6 @@
 """The production GPU engine: a supervised SGLang 0.5.x server per replica (DSpine plugin or built-in DFLASH)."""
 
-from .args import DRAFTER_FLAGS, SGLANG_0_5_23_ARGS, flags_of, render_command, without_flags
+from .args import DRAFTER_FLAGS, flags_of, render_command, without_flags
 from .config import SGLangEngineConfig
 from .engine import SGLangEngine
 from .policy import CrashPolicy, Decision
@@ -8,7 +8,6 @@ from .process import ServerSupervisor, launch_subprocess, pick_port
 
 __all__ = [
     "DRAFTER_FLAGS",
-    "SGLANG_0_5_23_ARGS",
     "CrashPolicy",
     "Decision",
     "SGLangEngine",

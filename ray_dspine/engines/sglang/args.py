@@ -2,11 +2,13 @@
 
 Rules:
   base      target path, --served-model-name, --host 127.0.0.1, --port, --dtype, --attention-backend,
-            --linear-attn-backend, --reasoning-parser / --tool-call-parser (when set), --enable-metrics
-            (Prometheus /metrics, needed for the Mamba gauges) and --enable-cache-report (cached prompt
-            tokens in usage), then the planner's sizes (`plan.sglang_args`: --tp-size,
-            --mem-fraction-static, --context-length, --max-running-requests, Mamba pool options, and with
-            a drafter --speculative-num-draft-tokens = 16 for DSpine / 8 for DFlash2 and ReplaySSM).
+            --linear-attn-backend, --trust-remote-code (when the pool trusts its checkpoints' code: the
+            code files are pinned by sha256 like the weights), --reasoning-parser / --tool-call-parser
+            (when set), --enable-metrics (Prometheus /metrics, needed for the Mamba gauges) and
+            --enable-cache-report (cached prompt tokens in usage), then the planner's sizes
+            (`plan.sglang_args`: --tp-size, --mem-fraction-static, --context-length, --max-running-requests,
+            --max-mamba-cache-size, --mamba-radix-cache-strategy, --disable-overlap-schedule where the
+            strategy needs it, and with a drafter --speculative-num-draft-tokens and ReplaySSM).
   drafter   drafter=True adds --speculative-algorithm DSPINE|DFLASH, --speculative-draft-model-path,
             --speculative-draft-attention-backend, the optional step/top-k options and
             --speculative-draft-window-size (the draft's sliding window, when the plan has one).
@@ -14,11 +16,8 @@ Rules:
   extra     `extra_args` go last, verbatim (SGLang's argparse lets a later flag win).
 Complexity: O(number of arguments).
 
-Every flag rendered outside `extra_args` is listed in SGLANG_0_5_23_ARGS with where it was checked. The
-0.5.23 tag itself is not in the reference index; the checks are against sgl-project/sglang mainline
-`python/sglang/srt/server_args.py` (commit 001067ff, whose --speculative-algorithm help says "Builtins:
-EAGLE, EAGLE3, NEXTN, STANDALONE, NGRAM, DFLASH, DSPARK. Or any name registered via
-`SpeculativeAlgorithm.register`") and `docs/advanced_features/server_arguments.md` (commit 004813e1).
+No list here says which flags SGLang accepts: SGLang 0.5.23's own parser and resolution judge every
+rendered command (`validation.py`, run by `ray-dspine check` and the tests).
 """
 
 from __future__ import annotations
@@ -29,45 +28,9 @@ from pathlib import Path
 from ...capacity import CapacityPlan
 from .config import SGLangEngineConfig
 
-_ARGS = "server_args.py@001067ff"
-_DOCS = "server_arguments.md@004813e1"
-
-SGLANG_0_5_23_ARGS: dict[str, str] = {
-    "--model-path": f"{_ARGS} model_path (alias --model); {_DOCS} Model and tokenizer",
-    "--served-model-name": f"{_DOCS} API related",
-    "--host": f"{_DOCS} HTTP server (default 127.0.0.1)",
-    "--port": f"{_DOCS} HTTP server (default 30000)",
-    "--dtype": f"{_ARGS} dtype choices auto/half/float16/bfloat16/float/float32",
-    "--attention-backend": f"{_ARGS} ATTENTION_BACKEND_CHOICES (fa3, fa4, flashinfer, triton, trtllm_mha, ...)",
-    "--linear-attn-backend": "server_args.py linear_attn_backend, LINEAR_ATTN_KERNEL_BACKEND_CHOICES, default triton",
-    "--reasoning-parser": f"{_DOCS} API related, choices include qwen3",
-    "--tool-call-parser": f"{_DOCS} API related, choices include qwen3_coder",
-    "--enable-metrics": f"{_DOCS} Logging: Prometheus metrics",
-    "--enable-cache-report": f"{_DOCS} API related: usage.prompt_tokens_details.cached_tokens",
-    "--tp-size": f"{_ARGS} tp_size (alias --tensor-parallel-size)",
-    "--mem-fraction-static": f"{_ARGS} Memory and scheduling",
-    "--context-length": f"{_ARGS} context_length",
-    "--max-running-requests": f"{_ARGS} Memory and scheduling",
-    "--max-mamba-cache-size": f"{_DOCS} Mamba Cache",
-    "--mamba-full-memory-ratio": f"{_DOCS} Mamba Cache (default 0.9)",
-    "--mamba-ssm-dtype": f"{_DOCS} Mamba Cache (float32, bfloat16, float16)",
-    "--mamba-scheduler-strategy": f"{_DOCS} Mamba Cache (later mainline spells it --mamba-radix-cache-strategy)",
-    "--kv-cache-dtype": f"{_ARGS} kv_cache_dtype",
-    "--disable-radix-cache": f"{_ARGS} disable_radix_cache",
-    "--disable-overlap-schedule": f"{_ARGS} disable_overlap_schedule",
-    "--speculative-algorithm": f"{_ARGS} builtins incl. DFLASH, plus names registered via SpeculativeAlgorithm.register",
-    "--speculative-draft-model-path": f"{_ARGS} (alias --speculative-draft-model)",
-    "--speculative-num-draft-tokens": f"{_ARGS} (DFLASH: alias --speculative-dflash-block-size)",
-    "--speculative-num-steps": f"{_ARGS}",
-    "--speculative-eagle-topk": f"{_ARGS}",
-    "--speculative-draft-attention-backend": f"{_ARGS} DRAFT_ATTENTION_BACKEND_CHOICES",
-    "--speculative-draft-window-size": f"{_ARGS} (honoured by Llama EAGLE-3 and DFLASH; plugins may ignore it)",
-    "--enable-linear-replayssm-spec": "server_args.py enable_linear_replayssm_spec (GDN/KDA hybrids, topk <= 1)",
-}
-
 BOOLEAN_FLAGS = frozenset(
     {"--enable-metrics", "--enable-cache-report", "--disable-radix-cache", "--disable-overlap-schedule",
-     "--enable-linear-replayssm-spec"}
+     "--enable-linear-replayssm-spec", "--trust-remote-code"}
 )
 DRAFTER_FLAGS = frozenset(
     {"--speculative-algorithm", "--speculative-draft-model-path", "--speculative-num-draft-tokens",
@@ -137,6 +100,8 @@ def render_command(
         "--attention-backend", config.attention_backend,
         "--linear-attn-backend", config.linear_attn_backend,
     ]  # fmt: skip
+    if config.trust_remote_code:
+        command.append("--trust-remote-code")
     if config.reasoning_parser:
         command += ["--reasoning-parser", config.reasoning_parser]
     if config.tool_call_parser:

@@ -1,7 +1,9 @@
 """The few HTTP calls the engine makes to its SGLang server (httpx, injected).
 
-Endpoints (SGLang mainline http_server.py and docs): `GET /health` answers 200 once the server serves and
-503 while it starts; `POST /v1/chat/completions` and `/v1/completions` stream Server-Sent Events
+Endpoints (SGLang 0.5.23's http_server.py): `GET /health` and `GET /health_generate` share one handler: it
+answers 503 while the server starts, then runs a 1-token generation (SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION,
+on by default) and answers 200 as soon as the scheduler answers anything, 503 after
+SGLANG_HEALTH_CHECK_TIMEOUT (20 s); `POST /v1/chat/completions` and `/v1/completions` stream Server-Sent Events
 (`data: {json}` lines, then `data: [DONE]`); `GET /v1/loads?include=core,memory,spec` (sgl-project/sglang
 #16976) answers `{"timestamp", "version", "dp_rank_count", "loads": [per-DP-rank GetLoadsReqOutput]}`;
 `GET /metrics` is Prometheus text when launched with --enable-metrics (404 otherwise);
@@ -45,6 +47,14 @@ class SGLangClient:
     async def healthy(self, base_url: str) -> bool:
         try:
             response = await self._http.get(f"{base_url}/health", timeout=5.0)
+        except httpx.HTTPError:
+            return False
+        return response.status_code == 200
+
+    async def health_generate(self, base_url: str, timeout_s: float) -> bool:
+        """True on a 200 from /health_generate within `timeout_s`; any error or other status is False."""
+        try:
+            response = await self._http.get(f"{base_url}/health_generate", timeout=timeout_s)
         except httpx.HTTPError:
             return False
         return response.status_code == 200

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from ...artifacts import ArtifactRef
 from ...capacity import CapacityConfig
 from .hicache import check_args as check_hicache_args
+from .supervision import SupervisionConfig
 
 SpeculativeAlgorithm = Literal["DSPINE", "DFLASH"]
 # Subsets of SGLang's ATTENTION_BACKEND_CHOICES / DRAFT_ATTENTION_BACKEND_CHOICES /
@@ -38,6 +39,11 @@ class SGLangEngineConfig(BaseModel):
     )
     linear_attn_backend: LinearAttnBackend = Field(
         default="triton", description="--linear-attn-backend (Gated DeltaNet kernels)."
+    )
+    trust_remote_code: bool = Field(
+        default=False,
+        description="--trust-remote-code: run the Python files that come with the checkpoints (DSpine's drafter "
+        "ships its own). Only pinned files are fetched, so the code that runs is the code whose sha256 you pinned.",
     )
     reasoning_parser: str | None = Field(default="qwen3", description="--reasoning-parser; None disables it.")
     tool_call_parser: str | None = Field(default="qwen3_coder", description="--tool-call-parser; None disables it.")
@@ -87,6 +93,11 @@ class SGLangEngineConfig(BaseModel):
     artifact_workers: int = Field(default=8, ge=1, le=64, description="Parallel downloads when fetching artifacts.")
     log_dir: str | None = Field(default=None, description="Folder for the server log; None uses a temporary folder.")
     python_executable: str | None = Field(default=None, description="Interpreter with sglang; None is this one.")
+    supervision: SupervisionConfig = Field(
+        default_factory=SupervisionConfig,
+        description="How the supervisor watches a started server: /health_generate hang checks, the drafter "
+        "probe, and the log tail read to tell a config error from a crash (supervision.py).",
+    )
     extra_args: list[str] = Field(default_factory=list, description="More launch_server arguments, passed verbatim.")
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment for the server process.")
 
@@ -103,6 +114,8 @@ class SGLangEngineConfig(BaseModel):
         if logging_flags:
             raise ValueError(f"extra_args may not log request contents: remove {logging_flags}")
         check_hicache_args(self.extra_args)
+        if "--trust-remote-code" in self.extra_args:
+            raise ValueError("set trust_remote_code: true instead of passing --trust-remote-code in extra_args")
         if self.restart_backoff_max_s < self.restart_backoff_s:
             raise ValueError("restart_backoff_max_s must be at least restart_backoff_s")
         return self

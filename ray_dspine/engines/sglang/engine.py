@@ -5,9 +5,16 @@ drafter, and without it for the autoregressive fallback; the target's own config
 shipped profile when the artifact has one), launches the server and starts a background poll of
 `/v1/loads` and `/metrics` every `load_poll_s`; `load()` returns the last snapshot without I/O.
 `generate()` streams from the server's OpenAI endpoints (see mapping.py); when the consumer stops early
-the upstream stream is closed and `/abort_request` is posted for the request id. SGLang counts waiting
-requests but not their prompt tokens, so the replica keeps the prefill backlog the router needs
-itself, from what it sends and each request's first token (prefill_backlog.py), and adds it to load().
+the upstream stream is closed and `/abort_request` is posted for the request id.
+Supervision (process.py, supervision.py): the supervisor gets SGLang's /health_generate as its hang check
+and, for a drafter pool, a greedy probe that must show speculation (`spec_verify_ct > 0`). Its status
+(`supervision_status()`) gives the served path ("autoregressive-fallback" when a drafter pool lost its
+drafter), the fallback reason and a config error's SGLang line. A server that refused its arguments
+leaves the replica up and unhealthy: `check_health()` does not raise for it (Ray would only start a
+replica that refuses the same arguments), `generate()` answers 503 with SGLang's line.
+SGLang counts waiting requests but not their prompt tokens, so the replica keeps the prefill backlog the
+router needs itself, from what it sends and each request's first token (prefill_backlog.py), and adds it
+to load().
 """
 
 from __future__ import annotations
@@ -26,13 +33,14 @@ from ...artifacts import fetch
 from ...capacity import CapacityPlan, load_hf_config, plan_capacity, resolve_profile
 from ..prefill_backlog import PrefillBacklog
 from ..protocol import Chunk, EngineError, GenerateRequest, LoadSnapshot
-from .args import SGLANG_0_5_23_ARGS, flags_of, redact, render_command
+from .args import redact, render_command
 from .client import SGLangClient, UpstreamError
 from .config import SGLangEngineConfig
 from .load import LoadInputs, build_snapshot, parse_gauges, update_ema
 from .mapping import StreamMapper, build_payload, endpoint_for
 from .policy import CrashPolicy
 from .process import Launcher, ServerSupervisor, launch_subprocess
+from .supervision import SupervisionConfig, SupervisionStatus, probe_payload, probe_verdict, spec_details_of
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +73,7 @@ class SGLangEngine:
         )
         self._launches_seen = 0
         self._background: set[asyncio.Task] = set()
+        self._supervision: SupervisionConfig = config.supervision
 
     # -- lifecycle ---------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -94,10 +103,26 @@ class SGLangEngine:
             drafter_available=cfg.has_drafter, startup_timeout_s=cfg.startup_timeout_s,
             health_poll_s=cfg.health_poll_s, stop_grace_s=cfg.stop_grace_s, drain_s=cfg.drain_s,
             preferred_port=cfg.port, inflight=lambda: self._inflight, clock=self._clock,
+            health_check=self._client.health_generate,
+            drafter_probe=self._probe_drafter if self._supervision.drafter_probe else None,
+            supervision=self._supervision,
         )  # fmt: skip
         await self._supervisor.start()
         await self.poll_load()
         self._poller = asyncio.create_task(self._poll_forever(), name="sglang-load-poll")
+
+    async def _probe_drafter(self, base_url: str) -> str | None:
+        """supervision.py P1/P2 on one greedy completion; raises (P3) when the server does not answer."""
+        s = self._supervision
+        payload = probe_payload(self.config.served_model_name, s.drafter_probe_max_tokens)
+        spec = None
+        events = self._client.stream(base_url, "/v1/completions", payload)
+        try:
+            async for event in events:
+                spec = spec_details_of(event) or spec
+        finally:
+            await events.aclose()
+        return probe_verdict(spec, s.drafter_probe_max_tokens, s.drafter_probe_min_accept_length)
 
     async def _fetch(self, ref) -> Path:
         cfg = self.config
@@ -135,7 +160,8 @@ class SGLangEngine:
 
     async def check_health(self) -> None:
         """Raise only when the server is beyond repair (crash policy gave up) or stopped; a restart in
-        progress is healthy for the replica (it reports `healthy=False` in load() so the router skips it)."""
+        progress is healthy for the replica (it reports `healthy=False` in load() so the router skips it),
+        and so is a config error (a new replica would refuse the same arguments; this one says why)."""
         sup = self._supervisor
         if sup is None or sup.state in ("failed", "stopped"):
             state = sup.state if sup else "not started"
@@ -146,21 +172,35 @@ class SGLangEngine:
         if self._supervisor is not None:
             self._supervisor.set_drafter_enabled(enabled)
 
+    @property
+    def base_url(self) -> str | None:
+        """The server's loopback URL while it serves; None otherwise."""
+        sup = self._supervisor
+        return sup.base_url if sup is not None and sup.state == "ready" else None
+
+    def supervision_status(self) -> SupervisionStatus | None:
+        """The supervisor's status (served path, fallback, config error, counts); None before start()."""
+        return self._supervisor.status() if self._supervisor is not None else None
+
     def describe(self) -> dict:
         sup = self._supervisor
         command = redact(sup.command) if sup else []
-        unverified = sorted(set(flags_of(command)) - set(SGLANG_0_5_23_ARGS))
+        status = sup.status() if sup else None
         return {
             "engine": "sglang",
             "command": command,
-            "unverified_flags": unverified,
             "env_keys": sorted(self.config.env),
             "speculative_algorithm": self.config.speculative_algorithm,
             "path": sup.path if sup else None,
             "state": sup.state if sup else "stopped",
             "fallback_reason": sup.fallback_reason if sup else None,
+            "drafter_fallback": status.drafter_fallback if status else False,
+            "config_error": status.config_error.model_dump() if status and status.config_error else None,
             "num_launches": sup.num_launches if sup else 0,
             "num_crashes": sup.num_crashes if sup else 0,
+            "num_hangs": status.num_hangs if status else 0,
+            "num_probe_failures": status.num_probe_failures if status else 0,
+            "last_failure": sup.last_failure if sup else None,
             "log_path": str(sup.log_path) if sup else None,
             "model_uri": self.config.target.uri,
             "model_files": {pin.path: pin.sha256 for pin in self.config.target.files},
@@ -171,6 +211,11 @@ class SGLangEngine:
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[Chunk]:
         sup, client = self._supervisor, self._client
+        if sup is not None and sup.state == "config_error" and sup.config_error is not None:
+            raise EngineError(
+                f"the SGLang server refused its arguments: {sup.config_error.line}", status=503,
+                code="engine_config_error",
+            )
         if sup is None or client is None or sup.state != "ready" or sup.draining:
             raise EngineError("the SGLang server is not ready", status=503, code="engine_unavailable")
         base_url, path = sup.base_url, endpoint_for(request)

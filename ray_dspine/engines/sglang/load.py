@@ -1,10 +1,15 @@
 """Turn SGLang's `/v1/loads` answer and Prometheus gauges into the replica's LoadSnapshot (headroom).
 
-Gauges are summed over DP ranks and, within one DP rank, the largest value over its TP ranks is taken
-(TP ranks report the same pools). Metric names (SchedulerMetricsCollector, SGLang mainline):
-sglang:num_running_reqs, sglang:num_queue_reqs, sglang:max_total_num_tokens, sglang:kv_available_tokens,
-sglang:kv_evictable_tokens ("radix-cached" token slots), sglang:mamba_available_tokens ("free state slots
-in the mamba SSM pool"), sglang:mamba_evictable_tokens, sglang:mamba_used_tokens, sglang:mamba_usage.
+Gauges are summed over DP ranks (shares and means in RATIO_GAUGES are averaged over them instead) and,
+within one DP rank, the largest value over its TP ranks is taken (TP ranks report the same pools). Metric names (GAUGES) are gauges SGLang 0.5.23's SchedulerMetricsCollector
+(sglang/srt/observability/metrics_collector.py) declares: sglang:num_running_reqs, sglang:num_queue_reqs,
+sglang:max_total_num_tokens (emitted once at start-up), sglang:kv_available_tokens, sglang:kv_evictable_tokens
+("radix-cached" token slots), sglang:mamba_available_tokens ("free state slots in the mamba SSM pool"),
+sglang:mamba_evictable_tokens, sglang:mamba_used_tokens, sglang:mamba_usage, sglang:full_token_usage (KV
+usage alone: on a hybrid model sglang:token_usage is the larger of KV and Mamba usage) and
+sglang:spec_accept_length. `/v1/loads` entries are SGLang's
+LoadSnapshot.to_dict (sglang/srt/managers/load_snapshot.py), one per DP rank; LOAD_KEYS are the ones read.
+Both are checked against SGLang's own code by tests/sglang_contract/test_loads_and_metrics.py.
 
 Rules (sums over DP ranks; M = the gauges, L = /v1/loads, P = the capacity plan):
   L1 running  = L.num_running_reqs, else M.num_running_reqs;  queued = L.num_waiting_reqs, else M.num_queue_reqs.
@@ -23,6 +28,8 @@ Rules (sums over DP ranks; M = the gauges, L = /v1/loads, P = the capacity plan)
   L7 host_kv_tokens = the HiCache host tier the launch arguments give (hicache.py) over total_kv device
      tokens at P.target_kv_bytes_per_token, beside a Mamba pool of P.max_mamba_cache_size x
      P.mamba_state_bytes_per_request; 0 without --enable-hierarchical-cache.
+  L8 passed through for the operator's gauges: kv_token_usage = M.full_token_usage, mamba_usage =
+     M.mamba_usage, spec_accept_length = M.spec_accept_length while the drafter runs (else not reported).
 Complexity: O(metric samples) per poll.
 """
 
@@ -42,11 +49,14 @@ GAUGES = (
     "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:max_total_num_tokens",
     "sglang:kv_available_tokens", "sglang:kv_evictable_tokens", "sglang:mamba_available_tokens",
     "sglang:mamba_evictable_tokens", "sglang:mamba_used_tokens", "sglang:mamba_usage",
+    "sglang:full_token_usage", "sglang:spec_accept_length",
 )  # fmt: skip
+RATIO_GAUGES = frozenset({"sglang:full_token_usage", "sglang:mamba_usage", "sglang:spec_accept_length"})
+LOAD_KEYS = ("num_running_reqs", "num_waiting_reqs", "max_total_num_tokens", "num_used_tokens", "max_running_requests")
 
 
 def parse_gauges(text: str) -> dict[str, float]:
-    """Prometheus text -> {metric name: sum over DP ranks of the max over that rank's series}."""
+    """Prometheus text -> {metric name: sum (RATIO_GAUGES: mean) over DP ranks of the max over that rank's series}."""
     by_rank: dict[str, dict[str, float]] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
@@ -55,7 +65,7 @@ def parse_gauges(text: str) -> dict[str, float]:
             ranks = by_rank.setdefault(sample.name, {})
             rank = sample.labels.get("dp_rank", "0")
             ranks[rank] = max(ranks.get(rank, sample.value), sample.value)
-    return {name: sum(ranks.values()) for name, ranks in by_rank.items()}
+    return {name: sum(ranks.values()) / (len(ranks) if name in RATIO_GAUGES else 1) for name, ranks in by_rank.items()}
 
 
 def _sum(loads: list[dict[str, Any]], key: str) -> float | None:
@@ -119,6 +129,9 @@ def build_snapshot(
         accept_length_ema=round(accept_ema if drafter_active else 1.0, 4),
         drafter_active=drafter_active,
         draft_vram_gb=round(plan.draft_vram_gb, 4) if drafter_active else 0.0,
+        spec_accept_length=gauges.get("sglang:spec_accept_length") if drafter_active else None,
+        kv_token_usage=gauges.get("sglang:full_token_usage"),
+        mamba_usage=gauges.get("sglang:mamba_usage"),
         engine="sglang",
     )
 

@@ -3,22 +3,32 @@
 Request: chat requests go to `/v1/chat/completions`, prompt requests to `/v1/completions`, always with
 `stream: true`, `stream_options: {include_usage: true, continuous_usage_stats: true}`, `rid` = request_id
 (so `/abort_request` can find it) and `return_spec_tokens_details: true`. Reasoning level "none" sends
-`chat_template_kwargs: {enable_thinking: false}`; other levels send `reasoning_effort: <level>`.
+`chat_template_kwargs: {enable_thinking: false}`; other levels send `reasoning_effort: <level>`, which SGLang
+turns into `chat_template_kwargs` thinking = enable_thinking = true and also hands to the chat template.
 `frequency_penalty`, `presence_penalty` (when non-zero) and `logit_bias` (when set) go to both endpoints;
 `tools` with `tool_choice` and `parallel_tool_calls` (when set), and `response_format`, to chat only.
 
-Facts this rests on (SGLang mainline, python/sglang/srt/entrypoints/openai/): the OpenAI layer copies
-only `weight_version` out of the native `meta_info`, so `return_meta_info` does not exist there; since
-sgl-project/sglang#33518 ("feat(api): add sglext_spec") a request with `return_spec_tokens_details: true`
-gets `sglext.spec_tokens_details` = {spec_verify_ct, spec_accept_length, spec_accept_rate,
-spec_num_correct_drafts, spec_num_proposed_drafts, spec_correct_drafts_histogram} built from meta_info
-(utils.spec_tokens_details_from_meta_info); when streaming it arrives in its own `choices: []` chunk
-after the content chunks and before the usage chunk. Older meta_info spells the histogram
-`spec_accept_histogram`; both are read. Without a drafter there are no spec keys and no sglext chunk.
+Facts this rests on (SGLang 0.5.23's installed `sglang/srt/entrypoints/openai/`, checked by
+tests/sglang_contract/test_wire_requests.py): every key sent is a field of ChatCompletionRequest /
+CompletionRequest (their model_config does not forbid extra keys, so anything else would be dropped
+silently); a streaming request may not set `return_meta_info`; with `return_spec_tokens_details: true` the
+stream carries `sglext.spec_tokens_details` = {spec_verify_ct, spec_accept_length, spec_accept_rate,
+spec_num_correct_drafts, spec_num_proposed_drafts, spec_correct_drafts_histogram, ...} built from the final
+meta_info (utils.spec_tokens_details_from_meta_info) in its own `choices: []` chunk after the finish-reason
+chunk and before the usage chunk; the histogram is as long as the largest accepted-draft count seen plus one.
+Older meta_info spells the histogram `spec_accept_histogram`; both are read. Without a drafter there are no
+spec keys and no sglext chunk.
 
 Rules:
+  fields         a message keeps only the keys SGLang's class for its role declares (USER_MESSAGE_FIELDS
+                 for "user": ChatCompletionMessageUserParam; MESSAGE_FIELDS otherwise:
+                 ChatCompletionMessageGenericParam), its tool calls only ToolCall's / FunctionResponse's, and
+                 a tool only Tool's / Function's; other keys (an OpenAI user message's `name`, say) are not
+                 sent, since SGLang would drop them.
   num_tokens     per content chunk = delta of the cumulative `usage.completion_tokens` (continuous usage
-                 stats); a content chunk without usage counts 1.
+                 stats); a content chunk without usage counts 1. The final chunk carries the tokens no
+                 content chunk carried (eos, text a stream parser held back or dropped, such as a tool
+                 call's closing tags), so the chunks' num_tokens sum to usage.completion_tokens.
   verify steps   spec_verify_ct when spec details arrive with spec_verify_ct > 0 (path "speculative");
                  otherwise completion_tokens (one token per target forward, path "autoregressive").
   accept length  completion_tokens / verify_steps (SGLang's own identity for spec_accept_length).
@@ -45,6 +55,44 @@ def endpoint_for(request: GenerateRequest) -> str:
     return "/v1/chat/completions" if request.messages is not None else "/v1/completions"
 
 
+# The fields SGLang 0.5.23 declares (sglang.srt.entrypoints.openai.protocol); rule `fields`.
+USER_MESSAGE_FIELDS = ("role", "content")
+MESSAGE_FIELDS = ("role", "content", "tool_call_id", "name", "phase", "reasoning_content", "tool_calls", "tools",
+                  "prefix")  # fmt: skip
+TOOL_CALL_FIELDS = ("id", "index", "type", "function")
+FUNCTION_CALL_FIELDS = ("name", "arguments")
+TOOL_FIELDS = ("type", "function", "defer_loading")
+FUNCTION_FIELDS = ("description", "name", "parameters", "strict", "defer_loading", "key_order")
+
+
+def _keep(value: Any, fields: tuple[str, ...], nested: dict[str, tuple[str, ...]] | None = None) -> Any:
+    """`value` with only `fields` (and, one level down, the `nested` field's own fields); non-dicts unchanged."""
+    if not isinstance(value, dict):
+        return value
+    kept = {key: item for key, item in value.items() if key in fields}
+    for key, inner in (nested or {}).items():
+        if key in kept:
+            kept[key] = _keep(kept[key], inner)
+    return kept
+
+
+def _tool(tool: Any) -> Any:
+    return _keep(tool, TOOL_FIELDS, {"function": FUNCTION_FIELDS})
+
+
+def _message(message: Any) -> dict[str, Any]:
+    body = message.model_dump(exclude_none=True)
+    if body.get("role") == "user":
+        return _keep(body, USER_MESSAGE_FIELDS)
+    body = _keep(body, MESSAGE_FIELDS)
+    if isinstance(body.get("tool_calls"), list):
+        body["tool_calls"] = [_keep(call, TOOL_CALL_FIELDS, {"function": FUNCTION_CALL_FIELDS})
+                              for call in body["tool_calls"]]  # fmt: skip
+    if isinstance(body.get("tools"), list):
+        body["tools"] = [_tool(tool) for tool in body["tools"]]
+    return body
+
+
 def build_payload(request: GenerateRequest, model: str) -> dict[str, Any]:
     payload: dict[str, Any] = {
         "model": model,
@@ -68,9 +116,9 @@ def build_payload(request: GenerateRequest, model: str) -> dict[str, Any]:
     if request.messages is None:
         payload["prompt"] = request.prompt or ""
         return payload
-    payload["messages"] = [message.model_dump(exclude_none=True) for message in request.messages]
+    payload["messages"] = [_message(message) for message in request.messages]
     if request.tools:
-        payload["tools"] = request.tools
+        payload["tools"] = [_tool(tool) for tool in request.tools]
         if request.tool_choice is not None:
             payload["tool_choice"] = request.tool_choice
         if request.parallel_tool_calls is not None:
@@ -117,6 +165,7 @@ class StreamMapper:
         self.spec: dict | None = None
         self.finish_reason: str | None = None
         self.error: Chunk | None = None
+        self.yielded_tokens = 0
 
     def feed(self, event: dict[str, Any]) -> list[Chunk]:
         if "error" in event and not event.get("choices"):
@@ -149,6 +198,7 @@ class StreamMapper:
         num_tokens = self.completion_tokens - previous if usage else (1 if produced else 0)
         if not produced and num_tokens <= 0:
             return []
+        self.yielded_tokens += max(0, num_tokens)
         return [Chunk(text=text, reasoning=reasoning, tool_calls=tool_calls, num_tokens=max(0, num_tokens))]
 
     def finish(self) -> Chunk:
@@ -156,7 +206,8 @@ class StreamMapper:
         if self.error is not None:
             return self.error
         usage = usage_from(self.completion_tokens, self.prompt_tokens, self.cached_tokens, self.spec)
-        return Chunk(finish_reason=self.finish_reason or "stop", usage=usage)
+        rest = max(0, self.completion_tokens - self.yielded_tokens)
+        return Chunk(finish_reason=self.finish_reason or "stop", usage=usage, num_tokens=rest)
 
     def _error_chunk(self, body: Any) -> Chunk:
         message = body.get("message", str(body)) if isinstance(body, dict) else str(body)

@@ -1,10 +1,15 @@
-"""What the supervisor does after the SGLang server exits without being asked to: restart, fall back, give up.
+"""What the supervisor does after the SGLang server crashes: restart, fall back, give up.
 
-Rules (t = now; crashes older than t - crash_window_s are forgotten; a startup failure is a crash):
+What counts as a crash (process.py S5): an exit nobody asked for, a start-up timeout (no /health 200
+within startup_timeout_s), a hang (consecutive /health_generate misses) and a drafter probe without an
+answer. Never recorded: a config error (the supervisor stops instead of restarting the same arguments),
+a drafter probe that answered without speculation (an immediate fallback), an operator's drafter switch.
+
+Rules (t = now; crashes older than t - crash_window_s are forgotten):
   n         crashes in the window, this one included; d = those that happened with the drafter on.
   give up   n > max_restarts: the replica reports unhealthy and Ray replaces it.
   fallback  the drafter was on and d >= fallback_after_crashes: relaunch without drafter flags
-            (path "autoregressive") until the operator switches the drafter back on.
+            (path "autoregressive-fallback") until the operator switches the drafter back on.
   restart   otherwise relaunch with the same drafter setting.
   delay     min(backoff_max_s, backoff_s * 2**(n - 1)) before the relaunch.
 Parameters: max_restarts >= 0, crash_window_s > 0 s, fallback_after_crashes >= 1, 0 <= backoff_s <= backoff_max_s.
