@@ -1,7 +1,8 @@
 """The application builder: `serve run clusters/local.yaml` calls `build_app(args)`.
 
 The YAML's `args:` validate into `AppConfig`. Each pool becomes one `EngineReplica` deployment
-named `pool-<name>` carrying its router; the `Ingress` deployment holds a handle per pool.
+named `pool-<name>` carrying its router; the `Ingress` deployment holds a handle per pool and a
+HealthMonitor (health.py) answering readiness on `/health` and `/health/ready`; `/health/live` is liveness.
 """
 
 
@@ -12,6 +13,8 @@ from ray.serve import Application
 
 from ..config import AppConfig, PoolConfig
 from ..pools import sized
+from .access import LIVENESS_PATH
+from .health import HealthMonitor, serve_status_source
 from .ingress import IngressCore, make_fastapi
 from .replica import EngineReplica
 from .router_options import request_router_config
@@ -22,8 +25,13 @@ fastapi_app = make_fastapi()
 @serve.deployment(name="ingress", ray_actor_options={"num_cpus": 0})
 @serve.ingress(fastapi_app)
 class Ingress:
-    def __init__(self, config: AppConfig, handles: dict):
+    async def __init__(self, config: AppConfig, handles: dict):
         self.core = IngressCore(config, handles)
+        app_name = serve.get_replica_context().app_name
+        monitor = HealthMonitor(list(handles), serve_status_source(app_name, list(handles)))
+        await monitor.refresh()  # a first snapshot before the first probe
+        monitor.start()
+        self.core.health_monitor = monitor
 
     @fastapi_app.post("/v1/chat/completions")
     async def chat_completions(self, request: Request):
@@ -45,8 +53,15 @@ class Ingress:
     async def engines(self):
         return await self.core.describe_engines()
 
+    @fastapi_app.get(LIVENESS_PATH)
+    async def live(self):
+        """Liveness: the ingress process serves HTTP (no key needed, no pool consulted)."""
+        return {"status": "alive"}
+
     @fastapi_app.get("/health")
+    @fastapi_app.get("/health/ready")
     async def health(self):
+        """Readiness: 200 while every pool has a healthy replica, else 503 naming the others (health.py)."""
         status, body = await self.core.health()
         return JSONResponse(body, status_code=status)
 

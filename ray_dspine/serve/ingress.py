@@ -3,7 +3,9 @@
 Per request: authenticate; parse and validate the body (400 naming the field); pick the reasoning
 level, the session, then (pool, arm) by the traffic policy; fingerprint the prompt's prefix; call
 the pool's replica deployment through its handle with a typed `GenerateRequest`; answer with the
-`x-dspine-pool`, `x-dspine-arm`, `x-dspine-replica` and `x-dspine-path` headers, and `Server-Timing`
+`x-dspine-pool`, `x-dspine-arm`, `x-dspine-replica` and `x-dspine-path` headers (the path the replica
+stamped on the first chunk: speculative, autoregressive, or autoregressive-fallback when a drafter pool
+serves without its drafter), and `Server-Timing`
 (where the time to the first chunk went: server_timing.py). The first chunk is awaited before the
 response starts, so a refusal from the engine still becomes a 4xx.
 """
@@ -26,7 +28,10 @@ from ..engines.protocol import ChatMessage, Chunk, GenerateRequest
 from ..routing.fingerprint import conversation_text, prefix_hashes
 from ..routing.traffic import assign, reasoning_level_of, session_key
 from . import responses
-from .errors import ApiError, error_response, from_validation_error
+from .access import ApiKeyGate
+from .body import parse_body
+from .health import HealthMonitor, readiness
+from .errors import ApiError, error_response, from_validation_error, install_error_handlers
 from .metrics import RequestMetrics
 from .openai_schema import ChatCompletionRequest, CompletionRequest
 from .request_features import refusal
@@ -48,6 +53,7 @@ class IngressCore:
         self.handles = handles
         self.metrics = metrics or RequestMetrics()
         self.started_at = int(time.time())
+        self.health_monitor: HealthMonitor | None = None  # set by the Serve deployment (app.py)
 
     # -- checks -----------------------------------------------------------------------------
     def authenticate(self, request: Request) -> None:
@@ -60,16 +66,19 @@ class IngressCore:
             raise ApiError(401, "invalid or missing API key: send `Authorization: Bearer <key>`", code="invalid_api_key")
 
     async def read_json(self, request: Request) -> dict:
-        body = await request.body()
-        if len(body) > self.server.max_request_bytes:
-            raise ApiError(413, f"request body is {len(body)} bytes; the limit is {self.server.max_request_bytes}")
-        try:
-            data = json.loads(body)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ApiError(400, f"request body is not valid JSON: {exc}", code="invalid_json") from exc
-        if not isinstance(data, dict):
-            raise ApiError(400, "request body must be a JSON object", code="invalid_json")
-        return data
+        """The body as a JSON object, read no further than the size limit (body.py's rules)."""
+        limit = self.server.max_request_bytes
+        content_type = request.headers.get("content-type")
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise ApiError(413, f"request body is {declared} bytes; the limit is {limit}", code="request_too_large")
+        parts, size = [], 0
+        async for part in request.stream():
+            parts.append(part)
+            size += len(part)
+            if size > limit:
+                raise ApiError(413, f"request body is over {limit} bytes, the limit", code="request_too_large")
+        return parse_body(b"".join(parts), content_type, limit)
 
     def check_model(self, model: str) -> None:
         if model != self.server.served_model_name:
@@ -85,7 +94,10 @@ class IngressCore:
             level = reasoning_level_of(body, default=self.config.traffic.default_reasoning_level)
         except ValueError as exc:
             raise ApiError(400, str(exc), param="reasoning_effort", code="invalid_value") from exc
-        session = session_key(dict(request.headers), body)
+        try:
+            session = session_key(dict(request.headers), _session_fields(body, messages))
+        except ValueError:  # nothing to derive a session from (an empty prompt): no affinity
+            session = "req:" + uuid.uuid4().hex
         pool, arm = assign(self.config.traffic, level, session)
         forced = request.headers.get("x-dspine-pool")
         if forced and self.server.allow_pool_header:
@@ -108,24 +120,23 @@ class IngressCore:
         try:
             parsed = (ChatCompletionRequest if chat else CompletionRequest).model_validate(body)
         except ValidationError as exc:
-            raise from_validation_error(exc) from exc
+            raise from_validation_error(exc, body) from exc
         self.check_model(parsed.model)
         messages = None
+        token_ids = None
         if chat:
-            try:
-                messages = [ChatMessage(role=m.role, content=m.text(), **m.tool_fields()) for m in parsed.messages]
-            except ValueError as exc:
-                raise ApiError(400, f"messages: {exc}", param="messages") from exc
+            messages = _engine_messages(parsed)
             text = conversation_text(messages)
         else:
-            text = parsed.prompt
+            token_ids = parsed.prompt_token_ids()
+            text = parsed.prompt_text() if token_ids is None else " ".join(map(str, token_ids))
         level, session, pool, arm = self.route(request, body, messages)
         self.check_features(pool, parsed)
         max_tokens = getattr(parsed, "max_completion_tokens", None) or parsed.max_tokens
         typed = GenerateRequest(
             request_id=("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24],
             messages=messages,
-            prompt=None if chat else parsed.prompt,
+            prompt=None if chat else (parsed.prompt_text() or ""),
             max_tokens=max_tokens or self.server.default_max_tokens,
             clamp_max_tokens=max_tokens is None,
             temperature=1.0 if parsed.temperature is None else parsed.temperature,
@@ -135,10 +146,10 @@ class IngressCore:
             reasoning_level=level,
             session_id=session,
             prefix_hashes=prefix_hashes(text, PREFIX_BLOCK_CHARS),
-            estimated_prompt_tokens=len(text) // CHARS_PER_TOKEN_ESTIMATE + 1,
+            estimated_prompt_tokens=len(token_ids) if token_ids else len(text) // CHARS_PER_TOKEN_ESTIMATE + 1,
             pool=pool,
             arm=arm,
-            tools=(parsed.tools or None) if chat else None,
+            tools=parsed.tool_dicts() if chat else None,
             tool_choice=parsed.tool_choice if chat and parsed.tools else None,
             parallel_tool_calls=parsed.parallel_tool_calls if chat and parsed.tools else None,
             response_format=_response_format(parsed) if chat else None,
@@ -150,6 +161,16 @@ class IngressCore:
 
     # -- serving ------------------------------------------------------------------------------
     async def serve(self, request: Request, *, chat: bool) -> Response:
+        """One completion request; an unexpected failure is a logged 500 in OpenAI's shape, never a crash."""
+        try:
+            return await self._serve(request, chat=chat)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.error("unexpected %s while serving a request", type(exc).__name__, exc_info=True)
+            return error_response(ApiError(500, f"internal error: {type(exc).__name__}", code="internal_error"))
+
+    async def _serve(self, request: Request, *, chat: bool) -> Response:
         retry = self.server.retry_after_s
         taken = time.monotonic()
         try:
@@ -161,7 +182,8 @@ class IngressCore:
         started = time.monotonic()
         deadline = started + self.server.request_timeout_s
         handle = self.handles[typed.pool].options(stream=True, session_id=typed.session_id or "")
-        stream = handle.generate.remote(typed)
+        token_ids = None if chat else parsed.prompt_token_ids()
+        stream = handle.generate.remote(typed) if token_ids is None else handle.generate.remote(typed, token_ids)
         try:
             first: Chunk = await responses.next_chunk(stream, deadline)
             first_at = time.monotonic()
@@ -173,7 +195,8 @@ class IngressCore:
         if first.error is not None:
             stream.cancel()
             self.metrics.record_refusal(typed, first)
-            return error_response(ApiError(first.error_status or 500, first.error, param=first.error_param), retry)
+            code = getattr(first, "error_code", None)
+            return error_response(ApiError(first.error_status or 500, first.error, param=first.error_param, code=code), retry)
         headers = {
             "x-dspine-pool": typed.pool,
             "x-dspine-arm": typed.arm,
@@ -186,7 +209,7 @@ class IngressCore:
             self.metrics.record_first_chunk(typed, first.path or "", first.replica_s, routing_s)
         timer = self.metrics.start(typed, first.path or "", started)
         model = self.server.served_model_name
-        if parsed.stream:
+        if parsed.stream is True:
             options = parsed.stream_options
             include_usage = bool(options and options.include_usage)
             continuous = bool(options and options.continuous_usage_stats)
@@ -210,16 +233,19 @@ class IngressCore:
         return {"id": self.server.served_model_name, "object": "model", "created": self.started_at, "owned_by": "ray-dspine"}
 
     async def health(self) -> tuple[int, dict]:
-        """200 once every pool has a replica answering; 503 while any is still starting."""
-        pools = {}
+        """Readiness (health.py's rules) from the monitor's snapshot: memory only, never a call to a pool.
+
+        Without a monitor (an in-process core with fake handles) each pool's `load` is asked instead."""
+        if self.health_monitor is not None:
+            return self.health_monitor.readiness()
+        running = {}
         for name, handle in self.handles.items():
             try:
                 load = await asyncio.wait_for(handle.load.remote(), timeout=HEALTH_TIMEOUT_S)
-                pools[name] = "ok" if load.get("healthy") else "unhealthy"
+                running[name] = 1 if load.get("healthy") else 0
             except Exception:  # no replica yet, or it is still loading its model
-                pools[name] = "starting"
-        ready = all(state == "ok" for state in pools.values())
-        return (200 if ready else 503), {"status": "ok" if ready else "starting", "pools": pools}
+                running[name] = 0
+        return readiness(list(self.handles), running, 0.0)
 
     async def describe_engines(self) -> dict:
         described = {}
@@ -231,11 +257,38 @@ class IngressCore:
 def make_fastapi() -> FastAPI:
     app = FastAPI(title="ray-dspine", docs_url=None, redoc_url=None)
 
-    @app.exception_handler(ApiError)
-    async def _api_error(_request, exc: ApiError):
-        return error_response(exc)
-
+    install_error_handlers(app)
+    app.add_middleware(ApiKeyGate)  # every route, docs and unknown paths included (access.py)
     return app
+
+
+def _engine_messages(parsed) -> list[ChatMessage]:
+    """The conversation as the engines take it; a part no pool serves is a 400 naming it."""
+    messages = []
+    for index, message in enumerate(parsed.messages):
+        try:
+            text = message.text()
+        except ValueError as exc:
+            raise ApiError(400, f"messages[{index}].content: {exc}", param=f"messages[{index}].content",
+                           code="unsupported_parameter") from exc
+        messages.append(ChatMessage(role=message.role, content=text, **message.tool_fields()))
+    return messages
+
+
+def _session_fields(body: dict, messages: list[ChatMessage] | None) -> dict:
+    """What session_key reads, from the validated request: `user`, the messages as text, or the prompt."""
+    fields = {"user": body.get("user")}
+    if messages is not None:
+        fields["messages"] = [{"role": m.role, "content": m.content or ""} for m in messages]
+    elif isinstance(body.get("messages"), list) and body["messages"]:
+        fields["messages"] = body["messages"]
+    elif isinstance(body.get("prompt"), str):
+        fields["prompt"] = body["prompt"]
+    elif isinstance(body.get("prompt"), list) and body["prompt"] and isinstance(body["prompt"][0], str):
+        fields["prompt"] = body["prompt"][0]
+    elif body.get("prompt"):
+        fields["prompt"] = json.dumps(body["prompt"])
+    return fields
 
 
 def _response_format(parsed) -> dict | None:

@@ -1,11 +1,15 @@
 """The engine-replica deployment: one engine per replica, called through a deployment handle.
 
 Glue only: it starts the engine, forwards `generate`, stamps the first chunk with this replica's id,
-decode path and the seconds since the request reached it (the `replica` metric of Server-Timing),
+served path and the seconds since the request reached it (the `replica` metric of Server-Timing),
 turns engine refusals into error chunks (no exception crosses the handle), merges chunks over the
 pool's `stream_batch_interval_ms` before they cross Ray (stream_batching.py), reports load to the router
 (`record_routing_stats`) and lets an operator switch the drafter off live (`user_config:
 {drafter_enabled: false}`).
+Served path (the x-dspine-path header): the final usage's path when the first chunk carries it, else
+"speculative" while the engine's drafter is active, else "autoregressive"; an "autoregressive" path of an
+engine whose supervision reports a drafter fallback is "autoregressive-fallback". `record_routing_stats`
+also refreshes the supervision gauges (supervision_metrics.py).
 Every method Ray calls is `async def`, so it runs on the replica's event loop, where the engine and
 the stats window live: Ray Serve runs a plain `def` method in a worker thread
 (RAY_SERVE_RUN_SYNC_IN_THREADPOOL, on by default), and an engine's `load()` advances its state and
@@ -24,7 +28,9 @@ from ..engines.protocol import Chunk, EngineError, GenerateRequest
 from ..autoscale.config import StatsWindowConfig
 from ..autoscale.stats import ReplicaWindowStats
 from .metrics import ReplicaMetrics, replica_usd_per_hour
+from .supervision_metrics import SupervisionMetrics
 from .stream_batching import batched
+from .replica_prompt import error_chunk, prepared
 
 log = logging.getLogger("ray_dspine.replica")
 
@@ -42,12 +48,20 @@ class EngineReplica:
             self.replica_id = "local"
         self.engine = make_engine(pool.engine, pool.name)
         self.metrics = ReplicaMetrics(pool.name, replica_usd_per_hour(pool.gpu_hour_usd, pool.deployment.num_gpus))
+        self.supervision_metrics = SupervisionMetrics(pool.name)
         self.window = ReplicaWindowStats(StatsWindowConfig(slo=pool.slo), time.monotonic, time.monotonic())
         await self.engine.start()
 
-    async def generate(self, request: GenerateRequest):
-        """The request's chunks, merged over the pool's stream batching interval (stream_batching.py)."""
+    async def generate(self, request: GenerateRequest, prompt_token_ids: list[int] | None = None):
+        """The request's chunks, merged over the pool's stream batching interval (stream_batching.py).
+
+        A token-id or empty prompt is prepared for the engine first (replica_prompt.py)."""
         interval_s = self.pool.deployment.stream_batch_interval_ms / 1000.0
+        try:
+            request = prepared(self.engine, request, prompt_token_ids)
+        except EngineError as exc:
+            yield error_chunk(exc, self.replica_id)
+            return
         async for chunk in batched(self._stamped(request), interval_s):
             yield chunk
 
@@ -68,22 +82,33 @@ class EngineReplica:
                 if first:
                     chunk.replica = self.replica_id
                     chunk.replica_s = now - started
-                    chunk.path = "speculative" if self.engine.load().drafter_active else "autoregressive"
-                    if chunk.usage is not None:
-                        chunk.path = chunk.usage.path
+                    chunk.path = self._served_path(chunk)
                     first = False
                 yield chunk
         except EngineError as exc:
-            yield Chunk(
-                finish_reason="error", error=str(exc), error_status=exc.status, error_param=exc.param,
-                replica=self.replica_id,
-            )
+            yield error_chunk(exc, self.replica_id)
         finally:
             await stream.aclose()
+
+    def _supervision(self):
+        status = getattr(self.engine, "supervision_status", None)
+        return status() if status is not None else None
+
+    def _served_path(self, chunk: Chunk) -> str:
+        """The x-dspine-path of a request whose first chunk is `chunk` (the rule in the module docstring)."""
+        if chunk.usage is not None:
+            path = chunk.usage.path
+        else:
+            path = "speculative" if self.engine.load().drafter_active else "autoregressive"
+        status = self._supervision()
+        if path == "autoregressive" and status is not None and status.drafter_fallback:
+            return "autoregressive-fallback"
+        return path
 
     async def record_routing_stats(self) -> dict:
         load = self.engine.load()
         self.metrics.record(load)
+        self.supervision_metrics.record(self._supervision())
         stats = load.model_dump()
         stats["reported_at_s"] = time.time()
         return stats

@@ -103,7 +103,7 @@ def _tools(parsed: ChatCompletionRequest, where: str, full: bool) -> Refusal | N
         )
     if not parsed.tools:
         return Refusal("tool_choice", "tool_choice asks for a tool call but the request has no `tools`", code="invalid_value")
-    names = {(tool.get("function") or {}).get("name") for tool in parsed.tools}
+    names = {tool.function.name for tool in parsed.tools}
     if named is not None and named not in names:
         return Refusal(
             "tool_choice", f"tool_choice names {named!r}, which is not among the request's tools", code="invalid_value"

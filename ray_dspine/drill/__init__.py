@@ -1,0 +1,1 @@
+"""Drills that check the serving stack keeps its promises: the bad-input corpus (corpus.py)."""

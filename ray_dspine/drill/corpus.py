@@ -1,0 +1,298 @@
+"""A corpus of bad and odd requests for the OpenAI-compatible API, each with the status it must get.
+
+Rules (what each generator emits; `model` is the served model name, `limit` the body-size limit in bytes):
+  wrong types   each known field x each JSON type its OpenAI type excludes (no coercion: "4", true, 4.5
+                for an integer; "yes", 1 for a boolean; ...) -> 400 naming the field.
+  ranges        integers just outside their bounds (seed 2^63 and -2^63-1, max_tokens 0 and 2^31, ...)
+                -> 400 naming the field; the bounds themselves -> 200.
+  messages      a message without content / with null content, a tool message without tool_call_id, an
+                assistant message with neither content nor tool_calls, unknown or missing role, a media part
+                -> 400 naming the field.
+  surrogates    a lone UTF-16 surrogate in a message, the prompt, stop, user or a key -> 400 naming it.
+  depth         nesting 65, 100, 1,000 and 10,000 deep (arrays and objects, at the top or in a field) ->
+                400; exactly 64 deep in an unknown field -> 200.
+  bad JSON      truncated, trailing comma, single quotes, NaN, Infinity, 1e400, empty, non-UTF-8, a top
+                level that is not an object -> 400.
+  size          a body one byte over `limit` -> 413.
+  media types   text/plain, form, multipart, XML -> 415.
+  methods       a method the route does not take -> 405; unknown routes -> 404.
+  odd but valid token-id prompts, an empty prompt, a one-element prompt list, null optionals, content
+                parts, integer temperatures -> 200.
+Every case is a `Case`: method, path, body bytes, headers, expected status and (for 400s) expected param.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+CHAT = "/v1/chat/completions"
+COMPLETIONS = "/v1/completions"
+JSON = {"content-type": "application/json"}
+
+# The wrong values of each OpenAI type (a JSON value of another type, or a string spelling of the right one).
+WRONG = {
+    "int": ["4", True, 4.5, [], {}, "x"],
+    "num": ["0.7", True, [], {}, "x"],
+    "bool": ["yes", "true", 1, 0, [], {}],
+    "str": [5, True, 1.5, {}, ["a", 1]],
+    "obj": ["x", 5, True, []],
+    "list": ["x", 5, True, {}],
+}
+# field -> (its type in WRONG, the routes it belongs to)
+FIELDS = {
+    "model": ("str", (CHAT, COMPLETIONS)),
+    "max_tokens": ("int", (CHAT, COMPLETIONS)),
+    "max_completion_tokens": ("int", (CHAT,)),
+    "temperature": ("num", (CHAT, COMPLETIONS)),
+    "top_p": ("num", (CHAT, COMPLETIONS)),
+    "n": ("int", (CHAT, COMPLETIONS)),
+    "stream": ("bool", (CHAT, COMPLETIONS)),
+    "stream_options": ("obj", (CHAT, COMPLETIONS)),
+    "seed": ("int", (CHAT, COMPLETIONS)),
+    "user": ("str", (CHAT, COMPLETIONS)),
+    "frequency_penalty": ("num", (CHAT, COMPLETIONS)),
+    "presence_penalty": ("num", (CHAT, COMPLETIONS)),
+    "logit_bias": ("obj", (CHAT, COMPLETIONS)),
+    "messages": ("list", (CHAT,)),
+    "parallel_tool_calls": ("bool", (CHAT,)),
+    "logprobs": ("bool", (CHAT,)),
+    "top_logprobs": ("int", (CHAT,)),
+    "tools": ("list", (CHAT,)),
+    "response_format": ("obj", (CHAT,)),
+    "echo": ("bool", (COMPLETIONS,)),
+    "best_of": ("int", (COMPLETIONS,)),
+    "suffix": ("str", (COMPLETIONS,)),
+}
+RANGES = [  # (route, field, value, status[, param when not the field])
+    (CHAT, "seed", 2**63, 400), (CHAT, "seed", -(2**63) - 1, 400), (CHAT, "seed", 2**64, 400),
+    (CHAT, "seed", 2**63 - 1, 200), (CHAT, "seed", -(2**63), 200), (COMPLETIONS, "seed", 10**30, 400),
+    (CHAT, "max_tokens", 0, 400), (CHAT, "max_tokens", -1, 400), (CHAT, "max_tokens", 2**31, 400),
+    (COMPLETIONS, "max_tokens", 2**40, 400), (CHAT, "max_completion_tokens", 0, 400),
+    (CHAT, "temperature", 2.5, 400), (CHAT, "temperature", -0.1, 400), (CHAT, "temperature", 2, 200),
+    (CHAT, "top_p", 0, 400), (CHAT, "top_p", 1.5, 400), (CHAT, "n", 2, 400), (CHAT, "n", 0, 400),
+    (CHAT, "top_logprobs", 21, 400), (CHAT, "top_logprobs", -1, 400), (COMPLETIONS, "logprobs", 6, 400),
+    (CHAT, "frequency_penalty", 2.5, 400), (CHAT, "presence_penalty", -3, 400),
+    (CHAT, "stop", ["a", "b", "c", "d", "e"], 400), (CHAT, "stop", [1], 400, "stop[0]"),
+    (CHAT, "logit_bias", {"x": 1}, 400), (CHAT, "logit_bias", {"5": 101}, 400),
+]
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    method: str
+    path: str
+    body: bytes
+    status: int
+    param: str | None = None
+    headers: dict = field(default_factory=lambda: dict(JSON))
+
+
+def base(route: str, model: str) -> dict:
+    if route == CHAT:
+        return {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    return {"model": model, "prompt": "def f(", "max_tokens": 4}
+
+
+def _post(name: str, route: str, body: dict, status: int, param: str | None = None) -> Case:
+    return Case(name, "POST", route, json.dumps(body).encode(), status, param)
+
+
+def wrong_types(model: str) -> list[Case]:
+    cases = []
+    for name, (kind, routes) in FIELDS.items():
+        for route in routes:
+            for value in WRONG[kind]:
+                body = {**base(route, model), name: value}
+                cases.append(_post(f"{route} {name}={json.dumps(value)}", route, body, 400, name))
+    for value in (5, True, {}, [True], [1.5], [["a"]]):
+        cases.append(_post(f"prompt={json.dumps(value)}", COMPLETIONS, {**base(COMPLETIONS, model), "prompt": value}, 400, "prompt"))
+    return cases
+
+
+def ranges(model: str) -> list[Case]:
+    cases = []
+    for route, name, value, status, *param in RANGES:
+        body = {**base(route, model), name: value}
+        expected = (param[0] if param else name) if status == 400 else None
+        cases.append(_post(f"{route} {name}={value}", route, body, status, expected))
+    return cases
+
+
+def messages(model: str) -> list[Case]:
+    def chat(name, msgs, param):
+        return _post(name, CHAT, {**base(CHAT, model), "messages": msgs}, 400, param)
+
+    user = {"role": "user", "content": "hi"}
+    cases = [
+        chat("user without content", [{"role": "user"}], "messages[0].content"),
+        chat("user content null", [{"role": "user", "content": None}], "messages[0].content"),
+        chat("system content null", [user, {"role": "system", "content": None}], "messages[1].content"),
+        chat("tool without tool_call_id", [user, {"role": "tool", "content": "ok"}], "messages[1].tool_call_id"),
+        chat("tool_call_id not a string", [user, {"role": "tool", "content": "ok", "tool_call_id": 7}],
+             "messages[1].tool_call_id"),
+        chat("assistant says nothing", [user, {"role": "assistant"}], "messages[1]"),
+        chat("unknown role", [{"role": "robot", "content": "hi"}], "messages[0].role"),
+        chat("missing role", [{"content": "hi"}], "messages[0].role"),
+        chat("role not a string", [{"role": 1, "content": "hi"}], "messages[0].role"),
+        chat("message not an object", ["hi"], "messages[0]"),
+        chat("no messages", [], "messages"),
+        chat("content a number", [{"role": "user", "content": 5}], "messages[0].content"),
+        chat("part without text", [{"role": "user", "content": [{"type": "text"}]}], "messages[0].content[0].text"),
+        chat("part of unknown type", [{"role": "user", "content": [{"type": "video", "text": "x"}]}],
+             "messages[0].content[0].type"),
+        chat("image part", [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}],
+             "messages[0].content"),
+        chat("tool call without id", [user, {"role": "assistant", "tool_calls": [
+            {"type": "function", "function": {"name": "f", "arguments": "{}"}}]}], "messages[1].tool_calls[0].id"),
+        chat("tool call arguments an object", [user, {"role": "assistant", "tool_calls": [
+            {"id": "c", "type": "function", "function": {"name": "f", "arguments": {}}}]}],
+             "messages[1].tool_calls[0].function.arguments"),
+    ]
+    cases.append(_post("missing messages", CHAT, {"model": model}, 400, "messages"))
+    cases.append(_post("missing prompt", COMPLETIONS, {"model": model}, 400, "prompt"))
+    cases.append(_post("missing model", CHAT, {"messages": [user]}, 400, "model"))
+    cases.append(_post("empty model", CHAT, {**base(CHAT, model), "model": ""}, 400, "model"))
+    cases.append(_post("unknown model", CHAT, {**base(CHAT, model), "model": model + "-x"}, 404, "model"))
+    cases.append(_post("empty prompt list", COMPLETIONS, {**base(COMPLETIONS, model), "prompt": []}, 400, "prompt"))
+    cases.append(_post("two prompts", COMPLETIONS, {**base(COMPLETIONS, model), "prompt": ["a", "b"]}, 400, "prompt"))
+    cases.append(_post("empty token list", COMPLETIONS, {**base(COMPLETIONS, model), "prompt": [[]]}, 400, "prompt"))
+    cases.append(_post("negative token id", COMPLETIONS, {**base(COMPLETIONS, model), "prompt": [1, -2]}, 400, "prompt"))
+    return cases
+
+
+def surrogates(model: str) -> list[Case]:
+    def raw(name, route, text, param):
+        return Case(name, "POST", route, text.encode(), 400, param)
+
+    m = json.dumps(model)
+    return [
+        raw("surrogate in content", CHAT, '{"model": %s, "messages": [{"role": "user", "content": "a\\ud800b"}]}' % m,
+            "messages[0].content"),
+        raw("low surrogate in second message", CHAT, '{"model": %s, "messages": [{"role": "user", "content": "x"}, '
+            '{"role": "assistant", "content": "\\udfff"}]}' % m, "messages[1].content"),
+        raw("surrogate in a text part", CHAT, '{"model": %s, "messages": [{"role": "user", "content": '
+            '[{"type": "text", "text": "\\ud83d"}]}]}' % m, "messages[0].content[0].text"),
+        raw("surrogate in prompt", COMPLETIONS, '{"model": %s, "prompt": "a\\ud800b"}' % m, "prompt"),
+        raw("surrogate in prompt list", COMPLETIONS, '{"model": %s, "prompt": ["\\udc00"]}' % m, "prompt[0]"),
+        raw("surrogate in stop", COMPLETIONS, '{"model": %s, "prompt": "x", "stop": ["ok", "\\ud800"]}' % m, "stop[1]"),
+        raw("surrogate in user", CHAT, '{"model": %s, "user": "\\ud800", "messages": []}' % m, "user"),
+        raw("surrogate in model", CHAT, '{"model": "\\ud800", "messages": []}', "model"),
+        raw("surrogate in a key", CHAT, '{"model": %s, "\\ud800": 1, "messages": []}' % m, "\\ud800"),
+    ]
+
+
+def _nest(depth: int, open_: str, close: str, inner: str = "1") -> str:
+    return open_ * depth + inner + close * depth
+
+
+def depth(model: str) -> list[Case]:
+    cases = []
+    m = json.dumps(model)
+    for n in (65, 100, 1000, 10_000):
+        cases.append(Case(f"array bomb {n}", "POST", CHAT, _nest(n, "[", "]").encode(), 400))
+        cases.append(Case(f"object bomb {n}", "POST", CHAT, _nest(n, '{"a":', "}").encode(), 400))
+        bomb = _nest(n - 1, "[", "]")
+        body = '{"model": %s, "messages": [{"role": "user", "content": "hi"}], "extra": %s}' % (m, bomb)
+        cases.append(Case(f"bomb in a field {n}", "POST", CHAT, body.encode(), 400))
+        cases.append(Case(f"unclosed bomb {n}", "POST", COMPLETIONS, ("[" * n).encode(), 400))
+    fine = '{"model": %s, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "extra": %s}' % (
+        m, _nest(63, "[", "]"))
+    cases.append(Case("63 deep in a field (64 in all)", "POST", CHAT, fine.encode(), 200))
+    brackets = '{"model": %s, "prompt": "%s", "max_tokens": 2}' % (m, "[" * 5000)
+    cases.append(Case("brackets inside a string", "POST", COMPLETIONS, brackets.encode(), 200))
+    return cases
+
+
+def bad_json(model: str) -> list[Case]:
+    m = json.dumps(model)
+    bodies = {
+        "truncated": '{"model": %s, "messages": [' % m,
+        "trailing comma": '{"model": %s, "prompt": "x",}' % m,
+        "single quotes": "{'model': 'x'}",
+        "NaN": '{"model": %s, "prompt": "x", "temperature": NaN}' % m,
+        "Infinity": '{"model": %s, "prompt": "x", "temperature": Infinity}' % m,
+        "-Infinity": '{"model": %s, "prompt": "x", "seed": -Infinity}' % m,
+        "1e400": '{"model": %s, "prompt": "x", "temperature": 1e400}' % m,
+        "5000-digit integer": '{"model": %s, "prompt": "x", "seed": %s}' % (m, "9" * 5000),
+        "empty": "",
+        "whitespace": "   ",
+        "array": "[1, 2]",
+        "string": '"hello"',
+        "number": "42",
+        "null": "null",
+        "two objects": '{"a": 1} {"b": 2}',
+        "bare word": "hello",
+        "unterminated string": '{"model": "abc',
+        "control character in string": '{"model": "a\x01b"}',
+    }
+    cases = [Case(f"bad JSON: {name}", "POST", route, text.encode(), 400)
+             for name, text in bodies.items() for route in (CHAT, COMPLETIONS)]
+    cases.append(Case("latin-1 bytes", "POST", CHAT, b'{"model": "caf\xe9"}', 400))
+    cases.append(Case("utf-16 body", "POST", CHAT, json.dumps({"model": model}).encode("utf-16"), 400))
+    return cases
+
+
+def size(model: str, limit: int) -> list[Case]:
+    prefix = '{"model": %s, "prompt": "' % json.dumps(model)
+    filler = "x" * (limit + 1 - len(prefix) - 2)
+    over = (prefix + filler + '"}').encode()
+    assert len(over) == limit + 1
+    return [Case("one byte over the limit", "POST", COMPLETIONS, over, 413),
+            Case("one byte over the limit (chat)", "POST", CHAT, over, 413)]
+
+
+def media_types(model: str) -> list[Case]:
+    body = json.dumps(base(CHAT, model)).encode()
+    types = ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", "application/xml",
+             "text/html", "image/png"]
+    cases = [Case(f"content-type {t}", "POST", route, body, 415, None, {"content-type": t})
+             for t in types for route in (CHAT, COMPLETIONS)]
+    cases.append(Case("content-type with charset", "POST", CHAT, body, 200, None,
+                      {"content-type": "application/json; charset=utf-8"}))
+    cases.append(Case("no content-type", "POST", CHAT, body, 200, None, {}))
+    return cases
+
+
+def methods_and_routes() -> list[Case]:
+    cases = []
+    for path in (CHAT, COMPLETIONS):
+        for method in ("GET", "PUT", "DELETE", "PATCH"):
+            cases.append(Case(f"{method} {path}", method, path, b"", 405, None, {}))
+    for path in ("/v1/models", "/v1/dspine/engine"):
+        for method in ("POST", "PUT", "DELETE"):
+            cases.append(Case(f"{method} {path}", method, path, b"{}", 405, None, {}))
+    for path in ("/", "/v1", "/v1/chat", "/v1/embeddings", "/v1/chat/completions/x", "/v2/completions",
+                 "/v1/responses", "/admin", "/%2e%2e/etc/passwd", "/v1/completion"):
+        cases.append(Case(f"unknown route {path}", "POST", path, b"{}", 404, None, dict(JSON)))
+    return cases
+
+
+def odd_but_valid(model: str) -> list[Case]:
+    c = base(COMPLETIONS, model)
+    ch = base(CHAT, model)
+    valid = [
+        ("token-id prompt", COMPLETIONS, {**c, "prompt": [1, 2, 3]}),
+        ("one token-id list", COMPLETIONS, {**c, "prompt": [[5, 6]]}),
+        ("empty prompt", COMPLETIONS, {**c, "prompt": ""}),
+        ("one-element prompt list", COMPLETIONS, {**c, "prompt": ["hello"]}),
+        ("nulls", CHAT, {**ch, "stream": None, "seed": None, "temperature": None, "stop": None, "n": None}),
+        ("integer temperature", CHAT, {**ch, "temperature": 1}),
+        ("text parts", CHAT, {**ch, "messages": [{"role": "user", "content": [{"type": "text", "text": "a"}]}]}),
+        ("tool turn", CHAT, {**ch, "messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": None,
+         "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+         {"role": "tool", "content": "done", "tool_call_id": "c1"}]}),
+        ("unknown fields", CHAT, {**ch, "metadata": {"a": "b"}, "store": False, "service_tier": "auto"}),
+        ("empty content", CHAT, {**ch, "messages": [{"role": "user", "content": ""}]}),
+        ("unicode", CHAT, {**ch, "messages": [{"role": "user", "content": "héllo 😀 \u0000"}]}),
+        ("stream false", COMPLETIONS, {**c, "stream": False}),
+        ("developer role", CHAT, {**ch, "messages": [{"role": "developer", "content": "be brief"},
+                                                     {"role": "user", "content": "x"}]}),
+    ]
+    return [_post(name, route, body, 200) for name, route, body in valid]
+
+
+def corpus(model: str, limit: int) -> list[Case]:
+    return (wrong_types(model) + ranges(model) + messages(model) + surrogates(model) + depth(model)
+            + bad_json(model) + size(model, limit) + media_types(model) + methods_and_routes() + odd_but_valid(model))
