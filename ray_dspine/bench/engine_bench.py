@@ -11,6 +11,9 @@ paths run again in fp32, where byte-identical greedy output is the contract (`gr
 bf16's mismatches are counted and reported too (both dtypes always run).
 Why a speedup is what it is: speedup = accept_length / step_cost_ratio, where step_cost_ratio is
 (speculative seconds per verify step) / (autoregressive seconds per token); both are printed per category.
+The prompt-set engines run without prefix reuse (each prompt is decoded from scratch, as the peer does).
+Then the multi-turn agent scenario (engine_agent.py): tau-bench conversations turn by turn, TTFT and
+throughput at each concurrency, with and without prefix reuse, in the serving dtype.
 """
 
 from __future__ import annotations
@@ -23,11 +26,13 @@ import statistics
 import sys
 import time
 from importlib import resources
+from pathlib import Path
 
 from ..engines.embedded.config import EmbeddedEngineConfig
 from ..engines.embedded.engine import EmbeddedEngine
 from ..engines.embedded.model import load_model
 from ..engines.protocol import ChatMessage, GenerateRequest
+from .engine_agent import load_conversations, run_agent_scenario
 
 
 def load_prompts(limit: int) -> list[dict]:
@@ -82,7 +87,9 @@ def _engine(config: EmbeddedEngineConfig, loaded) -> EmbeddedEngine:
 
 
 async def _run_dtype(dtype: str, prompts: list[dict], max_tokens: int, num_draft_tokens: int, with_peer: bool, progress):
-    base = EmbeddedEngineConfig(dtype=dtype, num_draft_tokens=num_draft_tokens, max_running_requests=1)
+    base = EmbeddedEngineConfig(
+        dtype=dtype, num_draft_tokens=num_draft_tokens, max_running_requests=1, prefix_reuse=False
+    )
     loaded = load_model(base)
     ar = _engine(base.model_copy(update={"speculative": False}), loaded)
     spec = _engine(base, loaded)
@@ -170,7 +177,22 @@ def _figures(serving: list[dict], fp32: list[dict], bf16: list[dict], dtype: str
     }
 
 
-def run_engine_bench(num_prompts: int, max_tokens: int, num_draft_tokens: int, dtype: str, progress=None) -> dict:
+async def _run_agent(dtype: str, num_draft_tokens: int, agent: dict, progress) -> dict:
+    conversations = load_conversations(agent["conversations"], agent["turns"], agent.get("traces_dir"))
+    base = EmbeddedEngineConfig(dtype=dtype, num_draft_tokens=num_draft_tokens)
+    loaded = load_model(base)
+    result = await run_agent_scenario(
+        loaded, base, conversations, tuple(agent["concurrency"]), agent["max_tokens"], progress
+    )
+    del loaded
+    gc.collect()
+    return result
+
+
+def run_engine_bench(
+    num_prompts: int, max_tokens: int, num_draft_tokens: int, dtype: str, progress=None, agent: dict | None = None
+) -> dict:
+    """agent: {conversations, turns, max_tokens, concurrency: [..], traces_dir} or None to skip the scenario."""
     progress = progress or (lambda message: print(message, file=sys.stderr, flush=True))
     prompts = load_prompts(num_prompts)
     serving = asyncio.run(_run_dtype(dtype, prompts, max_tokens, num_draft_tokens, True, progress))
@@ -186,6 +208,8 @@ def run_engine_bench(num_prompts: int, max_tokens: int, num_draft_tokens: int, d
     for category in dict.fromkeys(p["category"] for p in prompts):
         pick = lambda rows: [r for r in rows if r["category"] == category]  # noqa: E731
         result["per_category"][category] = _figures(pick(serving), pick(fp32), pick(bf16), dtype)
+    if agent is not None:
+        result["agent"] = asyncio.run(_run_agent(dtype, num_draft_tokens, agent, progress))
     result["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     return result
 
@@ -199,6 +223,16 @@ def register(subparsers) -> None:
         "--dtype", choices=["bf16", "fp32"], default="fp32",
         help="serving dtype, timed against the peer (the other dtype runs too, for its greedy mismatches)",
     )
+    parser.add_argument(
+        "--agent-conversations", type=int, default=4,
+        help="tau-bench conversations in the multi-turn agent scenario (0: skip it)",
+    )
+    parser.add_argument("--agent-turns", type=int, default=3, help="assistant turns per conversation at most")
+    parser.add_argument("--agent-max-tokens", type=int, default=32, help="output tokens per agent turn at most")
+    parser.add_argument(
+        "--agent-concurrency", default="1,4", help="comma-separated concurrencies (conversations in flight)"
+    )
+    parser.add_argument("--traces-dir", default=None, help="folder holding tau-bench/ (default: the house traces dir)")
     parser.add_argument("--json", action="store_true", help="print JSON only")
     parser.set_defaults(func=_main)
 
@@ -207,7 +241,22 @@ def _main(args) -> int:
     if args.prompts < 1 or args.max_tokens < 1:
         print("ray-dspine bench engine: --prompts and --max-tokens must be at least 1", file=sys.stderr)
         return 2
-    result = run_engine_bench(args.prompts, args.max_tokens, args.num_draft_tokens, args.dtype)
+    agent = None
+    if args.agent_conversations > 0:
+        try:
+            concurrency = [int(c) for c in args.agent_concurrency.split(",") if c.strip()]
+        except ValueError:
+            concurrency = []
+        if not concurrency or min(concurrency) < 1 or args.agent_turns < 1 or args.agent_max_tokens < 1:
+            print("ray-dspine bench engine: --agent-concurrency, --agent-turns and --agent-max-tokens must be "
+                  "positive", file=sys.stderr)
+            return 2
+        agent = {
+            "conversations": args.agent_conversations, "turns": args.agent_turns,
+            "max_tokens": args.agent_max_tokens, "concurrency": concurrency,
+            "traces_dir": Path(args.traces_dir) if args.traces_dir else None,
+        }
+    result = run_engine_bench(args.prompts, args.max_tokens, args.num_draft_tokens, args.dtype, agent=agent)
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -223,5 +272,25 @@ def _main(args) -> int:
             f"{fig['accept_length_mean']:>7} {fig['step_cost_ratio']:>9} "
             f"{fig['greedy_identical']:>5}/{fig['prompts']}"
         )
+    if "agent" in result:
+        _print_agent(result["agent"])
     print(f"peak RSS {result['peak_rss_mb']} MB; throughput in {args.dtype}, identity in fp32")
     return 0
+
+
+def _print_agent(agent: dict) -> None:
+    print(
+        f"\nagent turns: tau-bench, {agent['conversations']} conversations, {agent['turns']} turns, "
+        f"<= {agent['max_tokens']} tokens each"
+    )
+    print(f"{'cell':<14} {'ttft p50 s':>10} {'ttft p90 s':>10} {'tok/s':>7} {'cpu tok/s':>9} {'cached':>7} {'refused':>7}")
+    for name, cell in agent["cells"].items():
+        print(
+            f"{name:<14} {cell['ttft_p50_s']:>10} {cell['ttft_p90_s']:>10} {cell['output_tokens_per_s']:>7} "
+            f"{cell['cpu_output_tokens_per_s']:>9} {cell['cached_prompt_share']:>7} {cell['refused']:>7}"
+        )
+    for name, figures in agent["summary"].items():
+        print(
+            f"{name}: ttft p50 no-reuse / reuse = {figures['ttft_p50_ratio_no_reuse_over_reuse']}x, "
+            f"throughput reuse / no-reuse = {figures['throughput_ratio_reuse_over_no_reuse']}x"
+        )

@@ -41,7 +41,9 @@ async def run(eng: EmbeddedEngine, req: GenerateRequest):
 
 def test_greedy_output_identical_with_and_without_speculation(loaded):
     async def main():
-        spec, ar = engine(loaded, speculative=True), engine(loaded, speculative=False)
+        # the whole proposal every step: this checks the drafter and the verify rule, not draft_policy's
+        # timing-dependent choice of k (its rules are tested with fake costs in test_embedded_draft_policy)
+        spec, ar = engine(loaded, speculative=True, adaptive_draft=False), engine(loaded, speculative=False)
         await spec.start()
         await ar.start()
         results = []
@@ -139,3 +141,31 @@ def test_wrong_model_file_is_refused(tmp_path):
     bad.write_bytes(b"not a model")
     with pytest.raises(ModelFileError, match="sha256"):
         resolve_model_file(EmbeddedEngineConfig(model_path=str(bad)))
+
+
+def test_greedy_multi_turn_identical_with_and_without_prefix_reuse(loaded):
+    """Turn 2 repeats turn 1 and its answer: with reuse it prefills only the new part, same output."""
+
+    def turn2(answer):
+        return GenerateRequest(
+            request_id="t2", max_tokens=48, temperature=0.0,
+            messages=[
+                ChatMessage(role="user", content=PROMPTS[1]),
+                ChatMessage(role="assistant", content=answer),
+                ChatMessage(role="user", content="Now rename sub to minus as well."),
+            ],
+        )
+
+    async def main(reuse):
+        eng = engine(loaded, prefix_reuse=reuse)
+        await eng.start()
+        first = await run(eng, request(PROMPTS[1], request_id="t1"))
+        second = await run(eng, turn2(first[0]))
+        await eng.stop()
+        return first, second
+
+    (first_on, second_on), (first_off, second_off) = asyncio.run(main(True)), asyncio.run(main(False))
+    assert first_on[0] == first_off[0] and second_on[0] == second_off[0]
+    assert second_off[1].usage.cached_prompt_tokens == 0
+    # turn 1's prompt blocks at least (B = 16) are reused
+    assert second_on[1].usage.cached_prompt_tokens >= (first_on[1].usage.prompt_tokens // 16) * 16

@@ -29,15 +29,55 @@ class EmbeddedEngineConfig(BaseModel):
     dtype: Literal["bf16", "fp32"] = Field(default="bf16", description="Compute dtype of the target model.")
     speculative: bool = Field(default=True, description="Draft with n-gram prompt lookup and verify in blocks.")
     num_draft_tokens: int = Field(default=8, ge=1, le=64, description="Tokens drafted per verify step (block size).")
+    adaptive_draft: bool = Field(
+        default=True,
+        description="Per request, draft only as many tokens as pay for their verification, down to none "
+        "(draft_policy.py); false: always the drafter's whole proposal.",
+    )
+    draft_history_decay: float = Field(
+        default=0.95, gt=0, le=1, description="Per-step decay of a request's acceptance counts (draft_policy.py)."
+    )
+    draft_cost_ratio_prior: float = Field(
+        default=0.1,
+        ge=0,
+        le=10,
+        description="Extra cost per draft token, as a fraction of one autoregressive step's cost: the step cost "
+        "c(k) = 1 + ratio * k used before steps are measured, to scale measured costs to unmeasured longer drafts, "
+        "and for seeded sampled requests (draft_policy.py).",
+    )
+    draft_explore_interval_s: float = Field(
+        default=5.0,
+        gt=0,
+        le=3600,
+        description="Seconds between steps that measure an unmeasured or stale draft length instead of the best "
+        "one (draft_policy.py rule `explore`).",
+    )
     ngram_max: int = Field(default=4, ge=1, le=16, description="Longest suffix n-gram looked up in the context.")
     ngram_min: int = Field(default=1, ge=1, le=16, description="Shortest suffix n-gram looked up.")
     context_length_tokens: int = Field(default=8192, ge=64, le=8192, description="Prompt + output tokens per request.")
     kv_budget_tokens: int = Field(
         default=16384, ge=64, description="KV-cache tokens all running requests may hold together."
     )
+    prefix_reuse: bool = Field(
+        default=True,
+        description="Keep finished requests' KV by token blocks (LRU, within kv_budget_tokens) and prefill only "
+        "what no cached prefix covers.",
+    )
+    prefix_block_tokens: int = Field(
+        default=16, ge=1, le=4096, description="Tokens per cached prefix block (the reuse granularity)."
+    )
     max_running_requests: int = Field(default=4, ge=1, le=256, description="State slots: requests decoded at once.")
     max_queued_requests: int = Field(default=32, ge=0, description="Requests waiting for memory before 429.")
-    num_threads: int = Field(default=2, ge=1, le=256, description="torch intra-op threads for this replica.")
+    num_threads: int | None = Field(
+        default=None,
+        ge=1,
+        le=256,
+        description="torch intra-op threads for this replica; null: the cores this process may use divided by "
+        "pools_per_machine, at least 1 (model.resolve_num_threads).",
+    )
+    pools_per_machine: int = Field(
+        default=1, ge=1, le=256, description="Engine pools whose replicas share this machine's cores."
+    )
     accept_ema_alpha: float = Field(default=0.1, gt=0, le=1, description="Weight of the newest step in the EMA.")
 
     @model_validator(mode="after")

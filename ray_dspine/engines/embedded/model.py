@@ -85,8 +85,24 @@ def load_model(config: EmbeddedEngineConfig) -> LoadedModel:
     return LoadedModel(model, tokenizer, path, digest, frozenset(i for i in eos if i is not None), context)
 
 
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def resolve_num_threads(num_threads: int | None, pools_per_machine: int, cores: int | None = None) -> int:
+    """Rule: an explicit num_threads wins; else floor(cores / pools_per_machine), at least 1, so the
+    pools on one machine never ask for more threads than it has cores."""
+    if num_threads is not None:
+        return num_threads
+    return max(1, (usable_cores() if cores is None else cores) // pools_per_machine)
+
+
 def set_threads(num_threads: int) -> None:
+    """Called once when an engine starts (never at import): torch's intra-op threads for this process."""
     import torch
 
-    torch.set_num_threads(num_threads)
-    os.environ.setdefault("OMP_NUM_THREADS", str(num_threads))
+    if torch.get_num_threads() != num_threads:
+        torch.set_num_threads(num_threads)

@@ -1,6 +1,7 @@
 """One request's decoding: chunked prefill, then verify steps until EOS, a stop string or max_tokens.
 
-Rule. Prefill runs the prompt in chunks of `prefill_chunk_tokens`; the last chunk's logits give the
+Rule. Prefill starts after the `cached_tokens` a prefix-cache hit covers (their KV is already in
+`cache`) and runs the rest of the prompt in chunks of `prefill_chunk_tokens`; the last chunk's logits give the
 first token (counted as one step that produced one token). Each later step feeds
 [last, d1..dk] (k = 0 autoregressive, or when the drafter has nothing to propose) and emits the
 tokens `speculative.accept_*` returns, cut at the first EOS and at max_tokens. The draft is
@@ -16,6 +17,7 @@ import torch
 
 from ..protocol import Usage
 from .detokenizer import IncrementalDetokenizer
+from .draft_policy import AcceptanceTracker, StepCosts, choose_draft_length, prior_costs
 from .drafter import NgramDrafter
 from .speculative import accept_greedy, accept_sampled, target_probs
 
@@ -25,6 +27,7 @@ class StepOutput:
     text: str
     num_tokens: int
     finish_reason: str | None
+    num_drafted: int = -1  # draft tokens verified by this decode step; -1 for a prefill step
 
 
 @dataclass
@@ -39,8 +42,11 @@ class Sequence:
     drafter: NgramDrafter | None
     generator: torch.Generator | None
     histogram_size: int
+    acceptance: AcceptanceTracker | None = None  # set: adaptive draft length (draft_policy.py)
+    fixed_cost_ratio: float | None = None  # set: prior costs, this r (seeded sampling stays reproducible)
     cache: object = None
     prefilled: int = 0
+    cached_tokens: int = 0  # prompt tokens the prefix cache covered (not prefilled)
     last_token: int | None = None
     output_ids: list[int] = field(default_factory=list)
     verify_steps: int = 0
@@ -65,7 +71,13 @@ class Sequence:
             accept_length=round(produced / self.verify_steps, 4) if self.verify_steps else 0.0,
             accept_histogram=list(self.accept_histogram),
             path=self.path,
+            cached_prompt_tokens=self.cached_tokens,
         )
+
+    def kv_tokens(self) -> list[int]:
+        """The tokens whose KV the cache holds, in order (every token fed so far but `last`)."""
+        held = self.cache.get_seq_length() if self.cache is not None else 0
+        return (self.prompt_ids + self.output_ids)[:held]
 
 
 def _forward(model, ids: list[int], cache, keep_all: bool) -> torch.Tensor:
@@ -81,8 +93,18 @@ def _choose(seq: Sequence, logits: torch.Tensor, draft: list[int]) -> list[int]:
 
 
 @torch.inference_mode()
-def run_step(seq: Sequence, model, prefill_chunk_tokens: int, drafter_enabled: bool) -> StepOutput:
-    """Advance `seq` by one prefill chunk or one verify step."""
+def run_step(
+    seq: Sequence,
+    model,
+    prefill_chunk_tokens: int,
+    drafter_enabled: bool,
+    costs: StepCosts | None = None,
+    now: float = 0.0,
+) -> StepOutput:
+    """Advance `seq` by one prefill chunk or one verify step; with `seq.acceptance` set, the draft is
+    cut to draft_policy's k* for the request's acceptance and the measured step costs `costs` (an
+    exploration length instead, when `costs.explore` says so at clock `now`), or the prior costs
+    c(k) = 1 + r * k for r = `seq.fixed_cost_ratio` (or 0 without `costs`)."""
     if seq.cache is None:
         from transformers import DynamicCache
 
@@ -100,15 +122,31 @@ def run_step(seq: Sequence, model, prefill_chunk_tokens: int, drafter_enabled: b
             first = int(torch.multinomial(probs, 1, generator=seq.generator).item())
         return _emit(seq, [first])
 
-    draft: list[int] = []
+    proposal: list[int] = []
     if drafter_enabled and seq.drafter is not None and seq.remaining > 1:
-        draft = seq.drafter.propose()[: seq.remaining - 1]
+        proposal = seq.drafter.propose()[: seq.remaining - 1]
+    draft = proposal
+    if seq.acceptance is not None and proposal:
+        k = None
+        if seq.fixed_cost_ratio is not None or costs is None:
+            table = prior_costs(seq.fixed_cost_ratio or 0.0, len(proposal))
+        else:
+            k, table = costs.explore(len(proposal), now), costs.costs(len(proposal))
+        draft = proposal[: choose_draft_length(seq.acceptance.alpha, table) if k is None else k]
     logits = _forward(model, [seq.last_token] + draft, seq.cache, keep_all=True)
     emitted = _choose(seq, logits, draft)
-    rejected = len(draft) - (len(emitted) - 1)
+    accepted = len(emitted) - 1
+    if seq.acceptance is not None:
+        if draft:
+            seq.acceptance.observe_verify(len(draft), accepted)
+        elif proposal:
+            seq.acceptance.observe_shadow(proposal[0], emitted[0])  # free: what a 1-token draft would have got
+    rejected = len(draft) - accepted
     if rejected:
         seq.cache.crop(-rejected)  # transformers 5.x: a negative count of tokens to drop
-    return _emit(seq, emitted)
+    out = _emit(seq, emitted)
+    out.num_drafted = len(draft)
+    return out
 
 
 def _emit(seq: Sequence, tokens: list[int]) -> StepOutput:

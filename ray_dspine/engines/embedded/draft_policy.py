@@ -1,0 +1,149 @@
+"""Adaptive draft length: draft only as many tokens as pay for their verification, down to none.
+
+Rules (per request, at every decode step; k = draft tokens verified with the step's last token):
+  acceptance: the request's per-token acceptance rate, from exponentially decayed counts
+                s <- lambda * s + accepted,   n <- lambda * n + trials,   alpha = (s + 1/2) / (n + 1)
+              (starts at 1/2; an always-rejected request settles at alpha = (1/2) / (1/(1 - lambda) + 1),
+              1/42 at lambda = 0.95.) A verify step that drafted k and accepted m adds (m, m + 1) if
+              m < k, else (m, m) (the first rejection is a trial, the bonus token is not). A step that
+              drafted nothing while the drafter had a proposal is a free shadow trial: (1, 1) if the
+              proposal's first token is the token the step produced, else (0, 1); no proposal adds nothing.
+  value:      E(k) = 1 + alpha + ... + alpha^k = (1 - alpha^(k+1)) / (1 - alpha) tokens per step
+              (k + 1 when alpha = 1), the expected tokens of a k-token draft whose tokens are accepted
+              independently with probability alpha.
+  buckets:    draft lengths are measured in buckets b(0) = 0, b(k) = bitlength(k - 1) + 1 for k >= 1:
+              {0}, {1}, {2}, {3, 4}, {5..8}, {9..16}, {17..32}, {33..64}; hi(b) = 0, 1, 2, 4, 8, ...
+              is a bucket's longest length, lo(b) = 0, 1, 2, 3, 5, ... its shortest.
+  cost:       `StepCosts` keeps, per bucket, C[b] = EMA (weight w of the newest) of the measured
+              seconds of decode steps with b(k) = b, and t[b] = the clock when it was last measured.
+              The cost of a k-token step is c(k) = C'[b(k)], where an unmeasured bucket is filled
+              conservatively (step cost assumed nondecreasing in k, so a fill can only overstate it):
+                C'[b] = C[b]                                        if measured, else
+                C'[b] = C[b+]            b+ = the nearest larger measured bucket, else
+                C'[b] = C[b-] * (1 + rho * hi(b)) / (1 + rho * hi(b-))   b- = the nearest smaller one
+              with rho = prior_ratio. Before bucket 0 (the autoregressive step) is measured, and always
+              for a sampled request with a seed (measured times vary from run to run, and so would its
+              draws), the prior is used: c(k) = 1 + rho * k.
+  choice:     k* = argmax over k in {0, 1, ..., K} of E(k) / c(k), K = min(num_draft_tokens, the
+              proposal's length); ties go to the smaller k. E(0) / c(0) is the autoregressive rate, so
+              a step drafts only when drafting is expected to produce more tokens per second, and a
+              request whose drafts are rejected falls to k = 0 and decodes at the autoregressive rate
+              while its shadow trials keep measuring alpha.
+  explore:    engine-wide, at most once per T seconds (explore_interval_s, by the injected clock): at a
+              step of an unseeded request with a proposal of length L >= 1, at time `now`, let
+              b* = the bucket with lo(b) <= L whose t[b] is oldest (unmeasured first; ties to the
+              smaller b). If now - t_explore >= T and (b* is unmeasured or now - t[b*] >= T), the step
+              drafts k = min(hi(b*), L) instead of k*, and t_explore = now (t_explore starts at -inf).
+              The step is measured like any other, so every reachable bucket is refreshed at least
+              every (number of buckets) * T seconds while steps keep coming.
+Parameters: lambda in (0, 1] (history_decay, per step); weight w in (0, 1] of the newest cost sample;
+prior_ratio rho >= 0; T > 0 seconds; K in [1, 64] tokens. Costs in seconds (any unit for the prior).
+Complexity: O(K) per choice, O(number of buckets) = O(log K) per exploration check, O(1) per observation.
+"""
+
+from __future__ import annotations
+
+
+def expected_tokens(alpha: float, k: int) -> float:
+    if alpha >= 1.0:
+        return float(k + 1)
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def bucket(k: int) -> int:
+    return 0 if k <= 0 else (k - 1).bit_length() + 1
+
+
+def bucket_hi(b: int) -> int:
+    return 0 if b == 0 else 1 << (b - 1)
+
+
+def bucket_lo(b: int) -> int:
+    return b if b <= 2 else bucket_hi(b - 1) + 1
+
+
+def prior_costs(ratio: float, max_k: int) -> list[float]:
+    """c(k) = 1 + ratio * k for k = 0..max_k (in units of one autoregressive step)."""
+    return [1.0 + ratio * k for k in range(max_k + 1)]
+
+
+def choose_draft_length(alpha: float, costs: list[float]) -> int:
+    """k* = argmax over k in 0..len(costs) - 1 of E(k) / costs[k]; ties go to the smaller k."""
+    best_k, best = 0, 1.0 / costs[0]
+    for k in range(1, len(costs)):
+        value = expected_tokens(alpha, k) / costs[k]
+        if value > best * (1 + 1e-12):
+            best_k, best = k, value
+    return best_k
+
+
+class AcceptanceTracker:
+    def __init__(self, history_decay: float):
+        self.decay = history_decay
+        self.accepted = 0.0
+        self.trials = 0.0
+
+    @property
+    def alpha(self) -> float:
+        return (self.accepted + 0.5) / (self.trials + 1.0)
+
+    def _add(self, accepted: int, trials: int) -> None:
+        self.accepted = self.decay * self.accepted + accepted
+        self.trials = self.decay * self.trials + trials
+
+    def observe_verify(self, num_drafted: int, num_accepted: int) -> None:
+        if num_drafted > 0:
+            self._add(num_accepted, num_accepted + (1 if num_accepted < num_drafted else 0))
+
+    def observe_shadow(self, proposed_first: int, produced: int) -> None:
+        self._add(1 if proposed_first == produced else 0, 1)
+
+
+class StepCosts:
+    """Engine-wide cost of a decode step per draft-length bucket (rules `buckets`, `cost`, `explore`)."""
+
+    def __init__(self, weight: float, prior_ratio: float, max_k: int, explore_interval_s: float):
+        self.weight = weight
+        self.prior_ratio = prior_ratio
+        self.explore_interval_s = explore_interval_s
+        n = bucket(max_k) + 1
+        self.seconds: list[float | None] = [None] * n  # C[b]
+        self.measured_at: list[float | None] = [None] * n  # t[b]
+        self.explored_at: float | None = None  # t_explore
+
+    def record(self, num_drafted: int, seconds: float, now: float) -> None:
+        b = bucket(num_drafted)
+        if b >= len(self.seconds):
+            return
+        seconds, old = max(seconds, 1e-9), self.seconds[b]
+        self.seconds[b] = seconds if old is None else (1.0 - self.weight) * old + self.weight * seconds
+        self.measured_at[b] = now
+
+    def _filled(self, b: int) -> float:
+        if self.seconds[b] is not None:
+            return self.seconds[b]
+        for up in range(b + 1, len(self.seconds)):
+            if self.seconds[up] is not None:
+                return self.seconds[up]
+        down = max(d for d in range(b) if self.seconds[d] is not None)  # bucket 0 is measured
+        rho = self.prior_ratio
+        return self.seconds[down] * (1.0 + rho * bucket_hi(b)) / (1.0 + rho * bucket_hi(down))
+
+    def costs(self, max_k: int) -> list[float]:
+        """c(k) for k = 0..max_k (rule `cost`)."""
+        if self.seconds[0] is None:
+            return prior_costs(self.prior_ratio, max_k)
+        filled = [self._filled(b) for b in range(bucket(max_k) + 1)]
+        return [filled[bucket(k)] for k in range(max_k + 1)]
+
+    def explore(self, proposal_length: int, now: float) -> int | None:
+        """The draft length to measure instead of k* at this step, or None (rule `explore`)."""
+        T = self.explore_interval_s
+        if proposal_length < 1 or (self.explored_at is not None and now - self.explored_at < T):
+            return None
+        reachable = [b for b in range(len(self.seconds)) if bucket_lo(b) <= proposal_length]
+        oldest = min(reachable, key=lambda b: (self.measured_at[b] is not None, self.measured_at[b] or 0.0, b))
+        if self.measured_at[oldest] is not None and now - self.measured_at[oldest] < T:
+            return None
+        self.explored_at = now
+        return min(bucket_hi(oldest), proposal_length)

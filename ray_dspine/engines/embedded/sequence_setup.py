@@ -1,0 +1,70 @@
+"""A request's decoding state: validate lengths against the context, then build its `Sequence`.
+
+Rules (C = min(context_length_tokens, the model's context), P = prompt tokens, M = max_tokens):
+  P >= C is refused (400, param messages/prompt); P + M > C is refused (400, param max_tokens) unless
+  the request asked to clamp (max_tokens not given), then M = C - P.
+  Sampling draws from a generator seeded with the request's seed (a random one without).
+  A seeded sampled request drafts with the prior step costs 1 + draft_cost_ratio_prior * k, never the
+  measured ones nor an exploration (draft_policy.py rules `cost`, `explore`).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from ..protocol import EngineError, GenerateRequest
+from .config import EmbeddedEngineConfig
+from .detokenizer import IncrementalDetokenizer
+from .draft_policy import AcceptanceTracker
+from .drafter import NgramDrafter
+from .sequence import Sequence
+
+
+def make_sequence(
+    config: EmbeddedEngineConfig, loaded, request: GenerateRequest, prompt_ids: list[int], drafter_enabled: bool
+) -> Sequence:
+    context = min(config.context_length_tokens, loaded.context_length_tokens)
+    if len(prompt_ids) >= context:
+        raise EngineError(
+            f"the prompt is {len(prompt_ids)} tokens, but this model's context window is {context} tokens; "
+            "shorten the messages",
+            status=400,
+            param="messages" if request.messages is not None else "prompt",
+            code="context_length_exceeded",
+        )
+    max_tokens = request.max_tokens
+    if len(prompt_ids) + max_tokens > context:
+        if not request.clamp_max_tokens:
+            raise EngineError(
+                f"max_tokens is {max_tokens}, but the prompt is {len(prompt_ids)} tokens and this model's "
+                f"context window is {context} tokens; set max_tokens to at most {context - len(prompt_ids)}",
+                status=400,
+                param="max_tokens",
+                code="context_length_exceeded",
+            )
+        max_tokens = context - len(prompt_ids)
+    generator = None
+    if request.temperature > 0:
+        import torch
+
+        generator = torch.Generator()
+        generator.manual_seed(request.seed if request.seed is not None else uuid.uuid4().int & (2**63 - 1))
+    drafter = None
+    if config.speculative:
+        drafter = NgramDrafter(config.num_draft_tokens, config.ngram_min, config.ngram_max)
+        drafter.extend(prompt_ids)
+    return Sequence(
+        request_id=request.request_id or uuid.uuid4().hex,
+        prompt_ids=prompt_ids,
+        max_tokens=max_tokens,
+        temperature=request.temperature,
+        top_p=request.top_p,
+        eos_token_ids=loaded.eos_token_ids,
+        detokenizer=IncrementalDetokenizer(loaded.tokenizer, request.stop),
+        drafter=drafter,
+        generator=generator,
+        histogram_size=config.num_draft_tokens + 1,
+        acceptance=AcceptanceTracker(config.draft_history_decay) if config.adaptive_draft else None,
+        fixed_cost_ratio=config.draft_cost_ratio_prior if generator is not None and request.seed is not None else None,
+        path="speculative" if drafter_enabled else "autoregressive",
+    )

@@ -1,0 +1,53 @@
+"""`bench engine`'s agent scenario on a tiny model and a small tau-bench-format file written here."""
+
+import asyncio
+import json
+from types import SimpleNamespace
+
+from ray_dspine.bench import engine_bench
+from ray_dspine.bench.engine_agent import load_conversations, run_agent_scenario
+from ray_dspine.engines.embedded.config import EmbeddedEngineConfig
+
+POLICY = "You are an airline agent. Follow the policy: verify the user, then act. " * 2  # 146 characters
+
+
+def write_trace(folder, runs=3):
+    traj = lambda i: [  # noqa: E731
+        {"role": "system", "content": POLICY},
+        {"role": "user", "content": f"I am user {i}, change my flight."},
+        {"role": "assistant", "content": "Sure, your booking id?"},
+        {"role": "user", "content": f"It is ABC{i}."},
+        {"role": "assistant", "content": "Done."},
+    ]
+    data = [{"task_id": i, "trial": 0, "reward": 1.0, "info": {}, "traj": traj(i)} for i in range(runs)]
+    (folder / "tau-bench").mkdir()
+    (folder / "tau-bench" / "gpt-4o-airline.json").write_text(json.dumps(data))
+
+
+def test_agent_scenario_reports_each_cell_with_and_without_reuse(tiny, tmp_path):
+    write_trace(tmp_path)
+    conversations = load_conversations(3, 2, traces_dir=tmp_path)
+    assert [len(c) for c in conversations] == [2, 2, 2]
+    assert len(conversations[0][1].messages) == 4  # turn 2 carries turn 1 and its recorded answer
+    base = EmbeddedEngineConfig(dtype="fp32", context_length_tokens=512, kv_budget_tokens=4096, prefix_block_tokens=8)
+    result = asyncio.run(run_agent_scenario(tiny, base, conversations, (1, 2), 4, lambda _m: None))
+    assert set(result["cells"]) == {"c1_reuse", "c1_no_reuse", "c2_reuse", "c2_no_reuse"}
+    for name, cell in result["cells"].items():
+        assert cell["requests"] == 6 and cell["refused"] == 0
+        assert cell["ttft_p50_s"] > 0 and cell["output_tokens_per_s"] > 0
+        if name.endswith("no_reuse"):
+            assert cell["cached_prompt_share"] == 0.0
+        else:
+            # every request after the first shares at least the system policy's full blocks
+            assert cell["cached_prompt_share"] > 0.5
+    assert set(result["summary"]) == {"c1", "c2"}
+    assert result["turns"] == 6
+
+
+def test_bad_agent_arguments_exit_2(capsys):
+    args = SimpleNamespace(
+        prompts=1, max_tokens=1, num_draft_tokens=8, dtype="fp32", json=True, agent_conversations=2,
+        agent_turns=1, agent_max_tokens=1, agent_concurrency="0", traces_dir=None,
+    )
+    assert engine_bench._main(args) == 2
+    assert "--agent-concurrency" in capsys.readouterr().err
