@@ -17,7 +17,8 @@ Rules:
   lifetime   the head runs as `ray start --head --block` in its own process session; stopping sends it SIGTERM
              (Ray then stops the processes it started) and SIGKILL to any of its processes still alive after
              STOP_GRACE_S. Only processes started here are signalled: no `ray stop`, which would end every
-             Ray cluster of the machine.
+             Ray cluster of the machine. Once it is gone, Ray's current-cluster record is removed if it names
+             this head (a later `ray.init()` without an address would otherwise try to join the stopped head).
   serving    `python -m ray_dspine.local_cluster [CONFIG]` starts the head, waits (at most HEAD_START_TIMEOUT_S)
              for its GCS port, runs `serve run` on CONFIG against it and stops both when `serve run` ends, on
              Ctrl-C or on SIGTERM; its exit status is `serve run`'s.
@@ -77,6 +78,7 @@ class LocalHead:
     process: subprocess.Popen
     port: int
     env: dict
+    temp_dir: str | None = None
     started: set[int] = field(default_factory=set)
 
     @property
@@ -110,6 +112,20 @@ class LocalHead:
                 pass
         if self.process.poll() is None:
             self.process.wait(timeout=STOP_GRACE_S)
+        forget_address(self.address, self.temp_dir)
+
+
+def forget_address(address: str, temp_dir: str | None) -> None:
+    """`ray start` records its head in Ray's current-cluster file, and a later `ray.init()` without an address
+    joins whatever that file names; a stopped head must not be found there, so remove the record if it is ours."""
+    from ray._common.utils import get_ray_address_file
+
+    record = Path(get_ray_address_file(temp_dir))
+    try:
+        if record.read_text().strip() == address:
+            record.unlink()
+    except OSError:
+        pass
 
 
 def start_head(
@@ -134,7 +150,7 @@ def start_head(
     finally:
         if log_path:
             log.close()
-    head = LocalHead(process, port, env)
+    head = LocalHead(process, port, env, temp_dir=temp_dir)
     try:
         _wait_for_gcs(head)
     except BaseException:  # a failed start, or a stop (Ctrl-C, SIGTERM) while starting

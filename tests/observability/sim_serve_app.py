@@ -54,7 +54,8 @@ def main() -> None:
 
     from ray_dspine.serve.app import build_app
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _metrics_export_port=metrics_port)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+             _metrics_export_port=metrics_port)  # never join another cluster
     # After ray.init, which installs its own SIGTERM handler: exit through `finally` and shut down cleanly.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:

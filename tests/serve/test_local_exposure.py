@@ -162,3 +162,15 @@ def test_local_stack_listens_on_loopback_or_requires_the_token(tmp_path):
         except psutil.NoSuchProcess:
             pass
     assert alive == []
+
+
+def test_a_stopped_head_leaves_no_current_cluster_record(tmp_path):
+    from ray_dspine.local_cluster import forget_address
+
+    record = tmp_path / "ray_current_cluster"
+    record.write_text("127.0.0.1:6390")
+    forget_address("127.0.0.1:6391", str(tmp_path))  # another head's record stays
+    assert record.read_text() == "127.0.0.1:6390"
+    forget_address("127.0.0.1:6390", str(tmp_path))  # ours goes
+    assert not record.exists()
+    forget_address("127.0.0.1:6390", str(tmp_path))  # nothing to remove: no error
