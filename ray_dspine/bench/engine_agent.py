@@ -6,7 +6,8 @@ sent one after another, each with the recorded history (system policy, user turn
 assistant turns and tool results), so turn t+1's prompt extends turn t's. `concurrency` workers take
 whole conversations from the list in order. Each request asks for min(recorded, max_tokens) tokens,
 greedily. Every (concurrency, reuse) cell runs on a fresh engine (empty prefix cache) sharing one
-loaded model, cells interleaved reuse on / off so machine noise hits both alike.
+loaded model, cells interleaved reuse on / off so machine noise hits both alike. The engines keep the
+default `max_batch_requests`, so at concurrency > 1 the conversations' steps share packed forwards.
 Figures per cell: TTFT = seconds from submit to the first chunk carrying a token (p50, p90 over the
 cell's requests); throughput = output tokens / cell wall seconds, and per CPU-second of this process;
 cached share = cached prompt tokens / prompt tokens; refused = requests the engine refused (a prompt

@@ -14,6 +14,16 @@ Why a speedup is what it is: speedup = accept_length / step_cost_ratio, where st
 The prompt-set engines run without prefix reuse (each prompt is decoded from scratch, as the peer does).
 Then the multi-turn agent scenario (engine_agent.py): tau-bench conversations turn by turn, TTFT and
 throughput at each concurrency, with and without prefix reuse, in the serving dtype.
+Batching (`concurrency` in the result): the same prompts, greedy, in the serving dtype, at
+concurrency 1 and 4 (workers take the prompts in order, each starting the next when its request
+ends), on the batched engine (the default `max_batch_requests`) and the unbatched one
+(`max_batch_requests = 1`), cells interleaved (c1 unbatched, c1 batched, c4 batched, c4 unbatched)
+so machine noise hits both alike. Aggregate output tokens/s = output tokens of the cell / its wall
+seconds (and per CPU-second); the ratio is batched / unbatched at the same concurrency. The exact
+reference is each prompt decoded alone (unbatched, concurrency 1); a cell's greedy mismatches are
+the prompts whose text differs from it. In fp32 (the default) the unbatched cells must have none;
+in bf16 a block verify rounds differently from shorter blocks, so timing-dependent draft lengths
+alone can change a greedy token and even the unbatched cells may count some.
 """
 
 from __future__ import annotations
@@ -189,6 +199,89 @@ async def _run_agent(dtype: str, num_draft_tokens: int, agent: dict, progress) -
     return result
 
 
+BATCH_CONCURRENCY = (1, 4)
+
+
+async def _batching_cell(engine: EmbeddedEngine, prompts: list[dict], max_tokens: int, concurrency: int, tag: str):
+    pending = list(enumerate(prompts))
+    texts: dict[int, str] = {}
+    tokens = 0
+
+    async def worker() -> None:
+        nonlocal tokens
+        while pending:
+            index, prompt = pending.pop(0)
+            text, usage, _s, _cpu = await _decode(engine, prompt["messages"], max_tokens, f"{tag}-{index}")
+            texts[index] = text
+            tokens += usage.completion_tokens if usage is not None else 0  # an error chunk carries none
+
+    start, cpu_start = time.perf_counter(), time.process_time()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+    figures = {
+        "output_tokens": tokens,
+        "wall_s": round(wall, 2),
+        "cpu_s": round(cpu, 2),
+        "tokens_per_s": round(tokens / wall, 2) if wall else None,
+        "cpu_tokens_per_s": round(tokens / cpu, 2) if cpu else None,
+    }
+    return [texts[i] for i in range(len(prompts))], figures
+
+
+async def _run_batching(dtype: str, prompts: list[dict], max_tokens: int, num_draft_tokens: int, progress) -> dict:
+    """Batched vs unbatched engine at each BATCH_CONCURRENCY, same prompts (module docstring, `Batching`)."""
+    top = max(BATCH_CONCURRENCY)
+    base = EmbeddedEngineConfig(
+        dtype=dtype, num_draft_tokens=num_draft_tokens, max_running_requests=top, prefix_reuse=False
+    )
+    loaded = load_model(base)
+    engines = {
+        "batched": _engine(base, loaded),
+        "unbatched": _engine(base.model_copy(update={"max_batch_requests": 1}), loaded),
+    }
+    for engine in engines.values():
+        await engine.start()
+        for _ in range(2):  # untimed warm-up, a batched step included
+            await asyncio.gather(*(_decode(engine, prompts[0]["messages"], 16, f"warmup-{i}") for i in range(2)))
+    cells: dict[str, dict] = {}
+    texts: dict[tuple[int, str], list[str]] = {}
+    for position, concurrency in enumerate(BATCH_CONCURRENCY):
+        order = ("unbatched", "batched") if position % 2 == 0 else ("batched", "unbatched")
+        for name in order:
+            tag = f"c{concurrency}-{name}"
+            texts[concurrency, name], figures = await _batching_cell(
+                engines[name], prompts, max_tokens, concurrency, tag
+            )
+            cells.setdefault(f"c{concurrency}", {})[name] = figures
+            progress(f"batching {tag}: {figures['tokens_per_s']} tok/s")
+    for engine in engines.values():
+        await engine.stop()
+    reference = texts[min(BATCH_CONCURRENCY), "unbatched"]
+    for concurrency in BATCH_CONCURRENCY:
+        cell = cells[f"c{concurrency}"]
+        for name in engines:
+            cell[name]["greedy_mismatches"] = sum(a != b for a, b in zip(texts[concurrency, name], reference))
+        cell["ratio_batched_over_unbatched"] = _ratio(
+            cell["batched"]["tokens_per_s"], cell["unbatched"]["tokens_per_s"]
+        )
+        cell["cpu_ratio_batched_over_unbatched"] = _ratio(
+            cell["batched"]["cpu_tokens_per_s"], cell["unbatched"]["cpu_tokens_per_s"]
+        )
+    del engines, loaded
+    gc.collect()
+    return {
+        "dtype": dtype,
+        "prompts": len(prompts),
+        "max_tokens": max_tokens,
+        "max_batch_requests": base.max_batch_requests,
+        "cells": cells,
+        "greedy_mismatches_batched": sum(cells[f"c{c}"]["batched"]["greedy_mismatches"] for c in BATCH_CONCURRENCY),
+        "greedy_mismatches_unbatched": sum(
+            cells[f"c{c}"]["unbatched"]["greedy_mismatches"] for c in BATCH_CONCURRENCY
+        ),
+    }
+
+
 def run_engine_bench(
     num_prompts: int, max_tokens: int, num_draft_tokens: int, dtype: str, progress=None, agent: dict | None = None
 ) -> dict:
@@ -208,6 +301,7 @@ def run_engine_bench(
     for category in dict.fromkeys(p["category"] for p in prompts):
         pick = lambda rows: [r for r in rows if r["category"] == category]  # noqa: E731
         result["per_category"][category] = _figures(pick(serving), pick(fp32), pick(bf16), dtype)
+    result["concurrency"] = asyncio.run(_run_batching(dtype, prompts, max_tokens, num_draft_tokens, progress))
     if agent is not None:
         result["agent"] = asyncio.run(_run_agent(dtype, num_draft_tokens, agent, progress))
     result["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
@@ -272,6 +366,7 @@ def _main(args) -> int:
             f"{fig['accept_length_mean']:>7} {fig['step_cost_ratio']:>9} "
             f"{fig['greedy_identical']:>5}/{fig['prompts']}"
         )
+    _print_batching(result["concurrency"])
     if "agent" in result:
         _print_agent(result["agent"])
     print(f"peak RSS {result['peak_rss_mb']} MB; throughput in {args.dtype}, identity in fp32")
@@ -293,4 +388,22 @@ def _print_agent(agent: dict) -> None:
         print(
             f"{name}: ttft p50 no-reuse / reuse = {figures['ttft_p50_ratio_no_reuse_over_reuse']}x, "
             f"throughput reuse / no-reuse = {figures['throughput_ratio_reuse_over_no_reuse']}x"
+        )
+
+
+def _print_batching(batching: dict) -> None:
+    print(
+        f"\nbatching: {batching['prompts']} prompts, <= {batching['max_tokens']} tokens, {batching['dtype']}, "
+        f"batched = max_batch_requests {batching['max_batch_requests']}, unbatched = 1"
+    )
+    print(
+        f"{'concurrency':<12} {'unbatched tok/s':>15} {'batched tok/s':>13} {'ratio':>6} {'cpu ratio':>9} "
+        f"{'unbatched wall s':>16} {'batched wall s':>14} {'mismatches b/u':>14}"
+    )
+    for name, cell in batching["cells"].items():
+        b, u = cell["batched"], cell["unbatched"]
+        print(
+            f"{name:<12} {u['tokens_per_s']:>15} {b['tokens_per_s']:>13} {cell['ratio_batched_over_unbatched']:>6} "
+            f"{cell['cpu_ratio_batched_over_unbatched']:>9} {u['wall_s']:>16} {b['wall_s']:>14} "
+            f"{b['greedy_mismatches']:>8}/{u['greedy_mismatches']}"
         )

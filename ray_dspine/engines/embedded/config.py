@@ -67,6 +67,16 @@ class EmbeddedEngineConfig(BaseModel):
         default=16, ge=1, le=4096, description="Tokens per cached prefix block (the reuse granularity)."
     )
     max_running_requests: int = Field(default=4, ge=1, le=256, description="State slots: requests decoded at once.")
+    max_batch_requests: int = Field(
+        default=4,
+        ge=1,
+        le=256,
+        description="Decoding requests whose verify steps share one packed forward (engine.py round rule, "
+        "batch.py). Default 4, batched: `bench engine` measures more output tokens/s at concurrency 4 than "
+        "unbatched and the same at 1; a request's greedy output may then differ in rare tokens from running it "
+        "alone (floating-point reduction order; the bench counts them). 1: every step runs alone, requests "
+        "interleaved, and greedy output is exactly that of each request alone.",
+    )
     max_queued_requests: int = Field(default=32, ge=0, description="Requests waiting for memory before 429.")
     num_threads: int | None = Field(
         default=None,

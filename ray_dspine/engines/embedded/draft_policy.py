@@ -36,6 +36,17 @@ Rules (per request, at every decode step; k = draft tokens verified with the ste
               drafts k = min(hi(b*), L) instead of k*, and t_explore = now (t_explore starts at -inf).
               The step is measured like any other, so every reachable bucket is refreshed at least
               every (number of buckets) * T seconds while steps keep coming.
+  batch:      a batched step of n >= 2 requests (engine.py) has its own table c_n, kept by the rules
+              above but indexed by the step's total draft tokens k_tot = k_1 + ... + k_n (K = n * the
+              per-request maximum): c_n(k_tot) = seconds of a step of n requests verifying k_tot drafts in
+              all. Requests choose in running order: request i takes
+                k_i = argmax over k of (R_i + E_i(k)) / c_n(D_i + k)      (ties to the smaller k)
+              where D_i = the drafts the earlier requests chose and R_i = their expected tokens E_j(k_j)
+              plus 1 for each later request (counted as not drafting): the step's expected tokens per
+              second. With n = 1 (R = D = 0) this is `choice`. Exploration of c_n: at a batched step, with
+              L = the summed proposals of the requests that choose (adaptive, unseeded, with a proposal),
+              `explore(L)` may return a total t; those requests then take their proposals in order until
+              t drafts are taken, instead of choosing. Seeded sampled requests keep the prior of a step alone.
 Parameters: lambda in (0, 1] (history_decay, per step); weight w in (0, 1] of the newest cost sample;
 prior_ratio rho >= 0; T > 0 seconds; K in [1, 64] tokens. Costs in seconds (any unit for the prior).
 Complexity: O(K) per choice, O(number of buckets) = O(log K) per exploration check, O(1) per observation.
@@ -67,11 +78,12 @@ def prior_costs(ratio: float, max_k: int) -> list[float]:
     return [1.0 + ratio * k for k in range(max_k + 1)]
 
 
-def choose_draft_length(alpha: float, costs: list[float]) -> int:
-    """k* = argmax over k in 0..len(costs) - 1 of E(k) / costs[k]; ties go to the smaller k."""
-    best_k, best = 0, 1.0 / costs[0]
-    for k in range(1, len(costs)):
-        value = expected_tokens(alpha, k) / costs[k]
+def choose_draft_length(alpha: float, costs: list[float], rest_tokens: float = 0.0, rest_draft: int = 0) -> int:
+    """k* = argmax over k in 0..len(costs) - 1 - rest_draft of (rest_tokens + E(k)) / costs[rest_draft + k];
+    ties go to the smaller k (rule `choice`; rest_tokens = rest_draft = 0 for a step alone)."""
+    best_k, best = 0, (rest_tokens + 1.0) / costs[rest_draft]
+    for k in range(1, len(costs) - rest_draft):
+        value = (rest_tokens + expected_tokens(alpha, k)) / costs[rest_draft + k]
         if value > best * (1 + 1e-12):
             best_k, best = k, value
     return best_k

@@ -1,11 +1,27 @@
-"""The embedded engine: one worker thread decodes admitted requests, interleaved step by step.
+"""The embedded engine: one worker thread decodes admitted requests in rounds, verify steps batched.
 
-Requests are interleaved, not batched: the worker takes the running requests round-robin and runs
-one prefill chunk or one verify step of each in turn. At batch size one a CPU forward is bound by
-reading the weights, so a verify block of k+1 tokens costs about what one token costs; speculation
-already spends that spare compute, and interleaving keeps every request's arithmetic identical to
-running it alone, which batching ragged sequences with padding would not (greedy output must be
-byte-identical with and without speculation). Admission is `AdmissionController`'s rule.
+Round rule. The worker repeats rounds over the running requests (admission order). A round first
+runs one prefill chunk (PREFILL_CHUNK_TOKENS) of every request still prefilling, each alone, in
+order; then one verify step of every request that was decoding when the round began, in groups of
+up to `max_batch_requests` consecutive requests. A group of one runs its step alone; a larger group
+runs one packed forward (batch.py: the group's verify blocks [last, d1..dk] in one row, no padding,
+a mask that keeps every request to its own KV and its own earlier new tokens, position ids
+continuing each request's own length). A step alone, and every step when `max_batch_requests` is 1,
+is exactly what the request running by itself does, so greedy output at `max_batch_requests = 1`
+is byte-identical to decoding each request alone (the interleaving the engine had before batching).
+Prefill chunks alternate with the batched verify steps instead of sharing their forward: a packed
+forward attends over every member's KV with a mask, so a 512-token chunk beside long contexts would
+compute (chunk tokens x all members' keys) scores only to discard most of them, and a chunk alone
+keeps a prompt's KV, hence the prefix-cache blocks, independent of who else was running.
+Within a group each request accepts its own longest matching draft prefix (speculative.py) from its
+own logits rows, and its KV grows by its last token and its accepted drafts only. A failed batched
+forward ends every request of its group with an error (their KV is not cached); a request that
+finishes or is cancelled leaves the others' state untouched (each KV is its own; a cancelled one is
+dropped before the next round). Admission is `AdmissionController`'s rule.
+
+Why batch: on CPU a forward over a few tokens is bound by reading the weights, so n requests' verify
+blocks in one forward cost far less than n forwards; speculation already spends that spare compute
+for one request, batching spends it across requests.
 
 Prefix reuse (block_cache.py, kv_blocks.py): an admitted request whose prompt starts with cached
 blocks starts from a copy of their KV and prefills only the rest; when its prefill completes its
@@ -14,7 +30,9 @@ tokens its KV holds (prompt and output), then its path is unpinned into the LRU.
 KV is not cached. `usage.cached_prompt_tokens` is the hit.
 
 Adaptive drafting (draft_policy.py): each decode step is timed with the injected clock; those times
-give the engine-wide step cost c(k) per draft length, and each request's acceptance gives its k*.
+give the step cost per draft length, one table per batch size n (a step alone: c(k) over its k draft
+tokens; a batched step of n verifying requests: c_n(k_tot) over the step's total draft tokens, rule
+`batch`), and each request's acceptance gives its k*.
 """
 
 from __future__ import annotations
@@ -29,11 +47,12 @@ from ..protocol import Chunk, EngineError, GenerateRequest, LoadSnapshot
 from .admission import AdmissionController, Overloaded
 from .block_cache import BlockCache
 from .config import EmbeddedEngineConfig
-from .draft_policy import StepCosts
+from .batch import forward_packed
+from .draft_policy import StepCosts, expected_tokens
 from .kv_blocks import block_payload, cache_from_blocks
 from .model import LoadedModel, load_model, resolve_num_threads, set_threads
 from .prompt import render_prompt
-from .sequence import Sequence, run_step
+from .sequence import Sequence, choose_draft, emit_verified, finish_verify, propose, run_step
 from .sequence_setup import make_sequence
 
 log = logging.getLogger(__name__)
@@ -65,6 +84,7 @@ class EmbeddedEngine:
             config.num_draft_tokens,
             config.draft_explore_interval_s,
         )
+        self._batch_costs: dict[int, StepCosts] = {}  # batch size n >= 2 -> c_n(total draft tokens)
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._sequences: dict[str, Sequence] = {}
@@ -228,8 +248,21 @@ class EmbeddedEngine:
                 if self._stopping:
                     return
                 batch = [(rid, self._sequences[rid]) for rid in self._running]
+            size = self.config.max_batch_requests
+            if size <= 1:  # every step alone, interleaved: the exact path
+                for request_id, sequence in batch:
+                    self._step(request_id, sequence)
+                continue
+            decoding = [(rid, seq) for rid, seq in batch if seq.prefilled >= len(seq.prompt_ids)]
             for request_id, sequence in batch:
-                self._step(request_id, sequence)
+                if sequence.prefilled < len(sequence.prompt_ids):
+                    self._step(request_id, sequence)
+            for first in range(0, len(decoding), size):
+                group = [(rid, seq) for rid, seq in decoding[first : first + size] if rid not in self._cancelled]
+                if len(group) == 1:
+                    self._step(*group[0])
+                elif group:
+                    self._step_batch(group)
 
     def _step(self, request_id: str, sequence: Sequence) -> None:
         if request_id in self._cancelled:
@@ -262,6 +295,83 @@ class EmbeddedEngine:
             self._send(request_id, chunk)
             if out.finish_reason is not None:
                 self._finish(request_id)
+
+    def _costs_for(self, batch_size: int) -> StepCosts:
+        """The step-cost table of batched steps of `batch_size` requests, indexed by total draft tokens."""
+        costs = self._batch_costs.get(batch_size)
+        if costs is None:
+            c = self.config
+            max_draft = batch_size * c.num_draft_tokens
+            costs = StepCosts(c.accept_ema_alpha, c.draft_cost_ratio_prior, max_draft, c.draft_explore_interval_s)
+            self._batch_costs[batch_size] = costs
+        return costs
+
+    def _choose_drafts(self, sequences: list[Sequence], proposals: list[list[int]], costs: StepCosts, now: float):
+        """Each request's draft in a batched step (draft_policy.py rule `batch`)."""
+        choosing = [
+            i for i, seq in enumerate(sequences)
+            if seq.acceptance is not None and seq.fixed_cost_ratio is None and proposals[i]
+        ]
+        target = costs.explore(sum(len(proposals[i]) for i in choosing), now) if choosing else None
+        drafts, taken, rest_tokens, rest_draft = [], 0, 0.0, 0
+        for i, seq in enumerate(sequences):
+            if target is not None and i in choosing:
+                draft = proposals[i][: max(0, target - taken)]
+                taken += len(draft)
+            else:
+                later = len(sequences) - 1 - i  # counted as not drafting: one token each
+                draft = choose_draft(seq, proposals[i], costs, now, rest_tokens + later, rest_draft, may_explore=False)
+            drafts.append(draft)
+            rest_draft += len(draft)
+            alpha = seq.acceptance.alpha if seq.acceptance is not None else 1.0
+            rest_tokens += expected_tokens(alpha, len(draft))
+        return drafts
+
+    def _step_batch(self, group: list[tuple[str, Sequence]]) -> None:
+        """One verify step of every request in `group` (all decoding) through one packed forward."""
+        import torch
+
+        drafter_on = self._drafter_enabled
+        sequences = [seq for _rid, seq in group]
+        costs = self._costs_for(len(group))
+        started = self._clock()
+        try:
+            with torch.inference_mode():
+                proposals = [propose(seq, drafter_on) for seq in sequences]
+                drafts = self._choose_drafts(sequences, proposals, costs, started)
+                feeds = [[seq.last_token] + draft for seq, draft in zip(sequences, drafts)]
+                logits, step_cache = forward_packed(self._loaded.model, [seq.cache for seq in sequences], feeds)
+                outs, offset = [], 0
+                for seq, proposal, draft, rows in zip(sequences, proposals, drafts, logits):
+                    emitted = finish_verify(seq, rows, proposal, draft)
+                    step_cache.append_to(seq.cache, offset, len(emitted))  # last + accepted drafts
+                    offset += len(draft) + 1
+                    outs.append(emit_verified(seq, emitted, draft))
+        except Exception as exc:  # a failed step ends the group's requests, never the worker
+            log.exception("batched step failed for %d requests", len(group))
+            with self._wake:
+                for request_id, _seq in group:
+                    self._send(
+                        request_id, Chunk(finish_reason="error", error=f"engine step failed: {exc}", error_status=500)
+                    )
+                    self._finish(request_id, cache_kv=False)
+            return
+        ended = self._clock()
+        costs.record(sum(len(draft) for draft in drafts), ended - started, ended)
+        alpha = self.config.accept_ema_alpha
+        for seq, out in zip(sequences, outs):
+            if out.num_tokens and drafter_on and seq.drafter is not None:
+                self._accept_ema = (1 - alpha) * self._accept_ema + alpha * out.num_tokens
+        with self._wake:
+            for (request_id, seq), out in zip(group, outs):
+                if out.num_tokens == 0 and out.finish_reason is None:
+                    continue
+                chunk = Chunk(text=out.text, num_tokens=out.num_tokens, finish_reason=out.finish_reason)
+                if out.finish_reason is not None:
+                    chunk.usage = seq.usage()
+                self._send(request_id, chunk)
+                if out.finish_reason is not None:
+                    self._finish(request_id)
 
     def _record_prefill(self, request_id: str, sequence: Sequence, num_tokens: int, seconds: float) -> None:
         """After a prefill chunk (lock held): cache the prompt's blocks once it is whole; measure the rate

@@ -7,6 +7,8 @@ first token (counted as one step that produced one token). Each later step feeds
 tokens `speculative.accept_*` returns, cut at the first EOS and at max_tokens. The draft is
 shortened so a step never overshoots max_tokens: k <= remaining - 1.
 The KV cache holds every token but `last`; rejected draft tokens are cropped right after the step.
+`run_step` is a step alone; a batched step (engine.py, batch.py) runs the same pieces around one
+packed forward: `propose`, `choose_draft`, `finish_verify`, `emit_verified`, `after_prefill`.
 """
 
 from __future__ import annotations
@@ -92,6 +94,70 @@ def _choose(seq: Sequence, logits: torch.Tensor, draft: list[int]) -> list[int]:
     return accept_sampled(logits, draft, seq.temperature, seq.top_p, seq.generator)
 
 
+def after_prefill(seq: Sequence, logits: torch.Tensor) -> StepOutput:
+    """After a prefill chunk (`seq.prefilled` already advanced): nothing yet, or once the prompt is whole
+    the first token from the chunk's last logits row."""
+    if seq.prefilled < len(seq.prompt_ids):
+        return StepOutput("", 0, None)
+    if seq.temperature == 0.0:
+        first = int(logits[-1].argmax().item())
+    else:
+        probs = target_probs(logits[-1:], seq.temperature, seq.top_p)[0]
+        first = int(torch.multinomial(probs, 1, generator=seq.generator).item())
+    return _emit(seq, [first])
+
+
+def propose(seq: Sequence, drafter_enabled: bool) -> list[int]:
+    """The drafter's proposal for the next verify step, cut so it never overshoots max_tokens."""
+    if drafter_enabled and seq.drafter is not None and seq.remaining > 1:
+        return seq.drafter.propose()[: seq.remaining - 1]
+    return []
+
+
+def choose_draft(
+    seq: Sequence,
+    proposal: list[int],
+    costs: StepCosts | None,
+    now: float,
+    rest_tokens: float = 0.0,
+    rest_draft: int = 0,
+    may_explore: bool = True,
+) -> list[int]:
+    """The draft to verify: the whole proposal without `seq.acceptance`; else cut to draft_policy's k*
+    (rule `choice`; in a batched step the other requests are worth `rest_tokens` expected tokens and
+    `rest_draft` draft tokens, 0 and 0 alone, and `costs` is the table of the step's batch size), or to
+    an exploration length when `may_explore` and `costs.explore` says so. A seeded sampled request
+    always uses the prior costs of a step alone, so its draws stay reproducible."""
+    if seq.acceptance is None or not proposal:
+        return proposal
+    alpha = seq.acceptance.alpha
+    if seq.fixed_cost_ratio is not None or costs is None:
+        return proposal[: choose_draft_length(alpha, prior_costs(seq.fixed_cost_ratio or 0.0, len(proposal)))]
+    if may_explore:
+        k = costs.explore(len(proposal), now)
+        if k is not None:
+            return proposal[:k]
+    return proposal[: choose_draft_length(alpha, costs.costs(rest_draft + len(proposal)), rest_tokens, rest_draft)]
+
+
+def finish_verify(seq: Sequence, logits: torch.Tensor, proposal: list[int], draft: list[int]) -> list[int]:
+    """Accept from a verify step's logits (rows for last, d1..dk); updates the acceptance counts."""
+    emitted = _choose(seq, logits, draft)
+    accepted = len(emitted) - 1
+    if seq.acceptance is not None:
+        if draft:
+            seq.acceptance.observe_verify(len(draft), accepted)
+        elif proposal:
+            seq.acceptance.observe_shadow(proposal[0], emitted[0])  # free: what a 1-token draft would have got
+    return emitted
+
+
+def emit_verified(seq: Sequence, emitted: list[int], draft: list[int]) -> StepOutput:
+    out = _emit(seq, emitted)
+    out.num_drafted = len(draft)
+    return out
+
+
 @torch.inference_mode()
 def run_step(
     seq: Sequence,
@@ -101,8 +167,8 @@ def run_step(
     costs: StepCosts | None = None,
     now: float = 0.0,
 ) -> StepOutput:
-    """Advance `seq` by one prefill chunk or one verify step; with `seq.acceptance` set, the draft is
-    cut to draft_policy's k* for the request's acceptance and the measured step costs `costs` (an
+    """Advance `seq` by one prefill chunk or one verify step, alone; with `seq.acceptance` set, the draft
+    is cut to draft_policy's k* for the request's acceptance and the measured step costs `costs` (an
     exploration length instead, when `costs.explore` says so at clock `now`), or the prior costs
     c(k) = 1 + r * k for r = `seq.fixed_cost_ratio` (or 0 without `costs`)."""
     if seq.cache is None:
@@ -113,40 +179,16 @@ def run_step(
         chunk = seq.prompt_ids[seq.prefilled : seq.prefilled + prefill_chunk_tokens]
         logits = _forward(model, chunk, seq.cache, keep_all=False)
         seq.prefilled += len(chunk)
-        if seq.prefilled < len(seq.prompt_ids):
-            return StepOutput("", 0, None)
-        if seq.temperature == 0.0:
-            first = int(logits[-1].argmax().item())
-        else:
-            probs = target_probs(logits[-1:], seq.temperature, seq.top_p)[0]
-            first = int(torch.multinomial(probs, 1, generator=seq.generator).item())
-        return _emit(seq, [first])
+        return after_prefill(seq, logits)
 
-    proposal: list[int] = []
-    if drafter_enabled and seq.drafter is not None and seq.remaining > 1:
-        proposal = seq.drafter.propose()[: seq.remaining - 1]
-    draft = proposal
-    if seq.acceptance is not None and proposal:
-        k = None
-        if seq.fixed_cost_ratio is not None or costs is None:
-            table = prior_costs(seq.fixed_cost_ratio or 0.0, len(proposal))
-        else:
-            k, table = costs.explore(len(proposal), now), costs.costs(len(proposal))
-        draft = proposal[: choose_draft_length(seq.acceptance.alpha, table) if k is None else k]
+    proposal = propose(seq, drafter_enabled)
+    draft = choose_draft(seq, proposal, costs, now)
     logits = _forward(model, [seq.last_token] + draft, seq.cache, keep_all=True)
-    emitted = _choose(seq, logits, draft)
-    accepted = len(emitted) - 1
-    if seq.acceptance is not None:
-        if draft:
-            seq.acceptance.observe_verify(len(draft), accepted)
-        elif proposal:
-            seq.acceptance.observe_shadow(proposal[0], emitted[0])  # free: what a 1-token draft would have got
-    rejected = len(draft) - accepted
+    emitted = finish_verify(seq, logits, proposal, draft)
+    rejected = len(draft) - (len(emitted) - 1)
     if rejected:
         seq.cache.crop(-rejected)  # transformers 5.x: a negative count of tokens to drop
-    out = _emit(seq, emitted)
-    out.num_drafted = len(draft)
-    return out
+    return emit_verified(seq, emitted, draft)
 
 
 def _emit(seq: Sequence, tokens: list[int]) -> StepOutput:

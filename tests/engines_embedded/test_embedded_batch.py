@@ -1,0 +1,199 @@
+"""Batched verify steps (batch.py, engine.py round rule) on a tiny random-weight Llama in fp32."""
+
+import asyncio
+
+import pytest
+import torch
+from transformers import DynamicCache
+
+from ray_dspine.engines.embedded.batch import forward_packed, packed_layout
+from ray_dspine.engines.embedded.config import EmbeddedEngineConfig
+from ray_dspine.engines.embedded.engine import EmbeddedEngine
+from ray_dspine.engines.protocol import GenerateRequest
+
+# Different lengths (tokens = characters): 61, 15 and 39 tokens; the first and last repeat themselves,
+# so the n-gram drafter proposes and verify blocks of different lengths share a step.
+TEXTS = [
+    "The quick brown fox jumps over the lazy dog. The quick brown",
+    "abcabcabcabcabc",
+    "Hello there, general Kenobi! Hello there",
+]
+
+
+def test_packed_layout_positions_and_mask_by_hand():
+    # Request a holds 2 cached tokens and feeds 1; request b holds 1 and feeds 2 (module docstring).
+    # Key columns: a0 a1 | b0 | a_new b_new0 b_new1  (S = 3 cached keys, then T = 3 new ones).
+    positions, mask = packed_layout([2, 1], [1, 2])
+    assert positions == [2, 1, 2]  # a continues at 2; b continues at 1, then 2
+    expected = torch.tensor(
+        [
+            [1, 1, 0, 1, 0, 0],  # a's new token: a0, a1 and itself
+            [0, 0, 1, 0, 1, 0],  # b's first new token: b0 and itself
+            [0, 0, 1, 0, 1, 1],  # b's second: b0, b's first new token, itself
+        ],
+        dtype=torch.bool,
+    )
+    assert torch.equal(mask, expected)
+    with pytest.raises(ValueError):
+        packed_layout([1], [1, 1])
+
+
+def _prefilled(model, ids):
+    cache = DynamicCache()
+    with torch.inference_mode():
+        model(input_ids=torch.tensor([ids]), past_key_values=cache, use_cache=True)
+    return cache
+
+
+def test_packed_forward_matches_each_request_alone(tiny):
+    model = tiny.model
+    prompts, feeds = [[1, 2, 3, 4, 5], [7, 8], [9, 10, 11]], [[20], [21, 22, 23], [24, 25]]
+    caches = [_prefilled(model, p) for p in prompts]
+    with torch.inference_mode():
+        logits, step_cache = forward_packed(model, caches, feeds)
+        alone = []
+        for prompt, feed in zip(prompts, feeds):
+            cache = _prefilled(model, prompt)
+            out = model(input_ids=torch.tensor([feed]), past_key_values=cache, use_cache=True)
+            alone.append((out.logits[0], cache))
+    for rows, (ref_rows, _cache) in zip(logits, alone):
+        assert rows.shape == ref_rows.shape
+        assert torch.allclose(rows, ref_rows, atol=1e-5)  # same math, reduction order may differ in the last bits
+        assert torch.equal(rows.argmax(-1), ref_rows.argmax(-1))
+    assert [c.get_seq_length() for c in caches] == [5, 2, 3]  # the step does not touch the requests' caches
+    # Keep request 1's first two new tokens (offset 1 in the packed row): its cache grows 2 -> 4 and holds
+    # the keys the request alone computed for them.
+    step_cache.append_to(caches[1], 1, 2)
+    assert caches[1].get_seq_length() == 4
+    ref_keys = alone[1][1].layers[0].keys[:, :, :4]
+    assert torch.allclose(caches[1].layers[0].keys, ref_keys, atol=1e-5)
+
+
+def _engine(tiny, **overrides):
+    config = dict(dtype="fp32", context_length_tokens=256, kv_budget_tokens=2048, prefix_block_tokens=8)
+    config.update(overrides)
+    return EmbeddedEngine(EmbeddedEngineConfig(**config), loader=lambda _c: tiny)
+
+
+async def _run(eng, text, request_id, max_tokens):
+    request = GenerateRequest(request_id=request_id, prompt=text, max_tokens=max_tokens)
+    chunks = [c async for c in eng.generate(request)]
+    return "".join(c.text for c in chunks), chunks[-1].usage
+
+
+def _solo(tiny, texts, max_tokens, **overrides):
+    async def main():
+        eng = _engine(tiny, max_batch_requests=1, **overrides)
+        await eng.start()
+        out = [await _run(eng, t, f"s{i}", m) for i, (t, m) in enumerate(zip(texts, max_tokens))]
+        await eng.stop()
+        return out
+
+    return asyncio.run(main())
+
+
+def _together(tiny, texts, max_tokens, **overrides):
+    async def main():
+        eng = _engine(tiny, **overrides)
+        await eng.start()
+        out = await asyncio.gather(*(_run(eng, t, f"b{i}", m) for i, (t, m) in enumerate(zip(texts, max_tokens))))
+        await asyncio.sleep(0.05)
+        load = eng.load()
+        await eng.stop()
+        return out, eng, load
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("speculative", [True, False])
+def test_batched_greedy_output_equals_each_request_alone(tiny, speculative):
+    # the whole proposal every step (adaptive_draft off): this checks verify inside a batch, not
+    # draft_policy's timing-dependent choice of k, which may pick no draft on a busy machine
+    max_tokens, options = [30, 30, 30], dict(speculative=speculative, adaptive_draft=False)
+    alone = _solo(tiny, TEXTS, max_tokens, **options)
+    batched, eng, load = _together(tiny, TEXTS, max_tokens, max_batch_requests=4, **options)
+    # Measured on this tiny fp32 model: no greedy mismatch (the packed forward's logits differ from the
+    # alone ones by ~1e-7, far below any argmax margin here).
+    assert [text for text, _ in batched] == [text for text, _ in alone]
+    assert [u.completion_tokens for _, u in batched] == max_tokens
+    # the three requests really shared forwards: some batched step of 2 or 3 requests was timed
+    assert any(any(s is not None for s in costs.seconds) for n, costs in eng._batch_costs.items() if n >= 2)
+    assert load.num_running == 0 and load.free_kv_tokens == load.total_kv_tokens
+    if speculative:
+        assert max(u.accept_length for _, u in batched) > 1.0  # drafts were accepted inside batches
+
+
+def test_unbatched_switch_never_batches_and_is_exact(tiny):
+    alone = _solo(tiny, TEXTS, [24, 24, 24])
+    together, eng, _load = _together(tiny, TEXTS, [24, 24, 24], max_batch_requests=1)
+    assert [t for t, _ in together] == [t for t, _ in alone]
+    assert eng._batch_costs == {}  # max_batch_requests = 1: every step ran alone
+
+
+def test_request_finishing_mid_batch_leaves_the_others_correct(tiny):
+    # 3, 25 and 11 tokens: the first leaves the batch after its first verify steps, the third midway.
+    max_tokens = [3, 25, 11]
+    alone = _solo(tiny, TEXTS, max_tokens)
+    batched, _eng, load = _together(tiny, TEXTS, max_tokens, max_batch_requests=4)
+    assert [t for t, _ in batched] == [t for t, _ in alone]
+    assert [u.completion_tokens for _, u in batched] == max_tokens
+    assert load.free_kv_tokens == load.total_kv_tokens
+
+
+def test_cancelled_request_mid_batch_leaves_the_others_correct(tiny):
+    alone = _solo(tiny, TEXTS[1:], [30, 30])
+
+    async def main():
+        eng = _engine(tiny, max_batch_requests=4)
+        await eng.start()
+        doomed = eng.generate(GenerateRequest(request_id="gone", prompt=TEXTS[0], max_tokens=150))
+        others = asyncio.gather(*(_run(eng, t, f"k{i}", 30) for i, t in enumerate(TEXTS[1:])))
+        await doomed.__anext__()  # it decodes, batched with the others
+        await doomed.__anext__()
+        await doomed.aclose()  # the client goes away mid-batch
+        out = await others
+        await asyncio.sleep(0.05)
+        load = eng.load()
+        await eng.stop()
+        return out, load
+
+    out, load = asyncio.run(main())
+    assert [t for t, _ in out] == [t for t, _ in alone]
+    assert load.num_running == 0 and load.free_kv_tokens == load.total_kv_tokens
+
+
+def test_prefix_reuse_with_batching(tiny):
+    first = "The quick brown fox jumps over the lazy d"  # 41 tokens: 5 full blocks of 8 once it ran
+    followers = [first + "og. And then it ran away!", first + "uck. It swam off.", first + "ormouse, asleep."]
+
+    def main(reuse):
+        async def go():
+            eng = _engine(tiny, prefix_reuse=reuse, max_batch_requests=4)
+            await eng.start()
+            await _run(eng, first, "warm", 12)
+            out = await asyncio.gather(*(_run(eng, t, f"f{i}", 16) for i, t in enumerate(followers)))
+            await eng.stop()
+            return out
+
+        return asyncio.run(go())
+
+    with_reuse, without = main(True), main(False)
+    alone = _solo(tiny, followers, [16, 16, 16], prefix_reuse=False)
+    assert [t for t, _ in with_reuse] == [t for t, _ in without] == [t for t, _ in alone]
+    # each follower shares the first prompt's 5 full blocks (40 tokens); the 6th block differs
+    assert [u.cached_prompt_tokens for _, u in with_reuse] == [40, 40, 40]
+    assert [u.cached_prompt_tokens for _, u in without] == [0, 0, 0]
+
+
+def test_prefill_chunk_packs_beside_a_verify_block(tiny):
+    model = tiny.model
+    decoding = _prefilled(model, [1, 2, 3, 4])
+    fresh = DynamicCache()  # a request before its first chunk: L = 0
+    with torch.inference_mode():
+        # rows: the verify block keeps both of its rows, the 5-token chunk only its last
+        logits, step_cache = forward_packed(model, [decoding, fresh], [[5, 6], [30, 31, 32, 33, 34]], [2, 1])
+        alone = model(input_ids=torch.tensor([[30, 31, 32, 33, 34]]), use_cache=False).logits[0]
+    assert [rows.shape[0] for rows in logits] == [2, 1]
+    assert torch.allclose(logits[1][0], alone[-1], atol=1e-5)
+    step_cache.append_to(fresh, 2, 5)  # the chunk follows the verify block's 2 tokens in the packed row
+    assert fresh.get_seq_length() == 5 and decoding.get_seq_length() == 4
