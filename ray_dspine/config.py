@@ -89,7 +89,9 @@ class ServerConfig(BaseModel):
     )
     default_max_tokens: int = Field(default=512, ge=1, description="max_tokens when a request gives none.")
     max_request_bytes: int = Field(default=4_000_000, ge=1024, description="Largest request body accepted.")
-    retry_after_s: int = Field(default=1, ge=1, description="Retry-After on 429/503 answers.")
+    retry_after_s: int = Field(
+        default=1, ge=1, description="Retry-After (seconds) on 429/503 answers while a pool has no measured rate yet."
+    )
     allow_pool_header: bool = Field(
         default=True, description="Honour an `x-dspine-pool` request header that names the pool to use."
     )
@@ -98,6 +100,34 @@ class ServerConfig(BaseModel):
         default=1024, ge=1, description="Requests one ingress replica streams at once (Ray's default of 5 would cap the app)."
     )
     num_ingress_replicas: int = Field(default=1, ge=1, le=64, description="Ingress replicas.")
+    retry_unstarted_attempts: int = Field(
+        default=2,
+        ge=0,
+        le=10,
+        description="Further tries, on another replica, of a request whose replica died before its first chunk "
+        "reached the ingress; never after any output was sent (serve/ingress.py).",
+    )
+    max_queue_wait_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="Longest estimated wait in the pool's queue a new request is admitted with; beyond it the "
+        "answer is 429 with the seconds until it would fit (serve/admission.py).",
+    )
+    admission_window_completions: int = Field(
+        default=32, ge=1, description="The newest completions of a pool the admission estimate measures its rate over."
+    )
+    admission_min_completions: int = Field(
+        default=4,
+        ge=1,
+        description="Completions below which a pool counts as unmeasured: every request is admitted and Ray's "
+        "max_queued_requests alone bounds the queue.",
+    )
+    deadline_margin_ms: float = Field(
+        default=1000.0,
+        ge=0,
+        description="Milliseconds before a client's x-dspine-deadline-ms that the ingress answers a late request "
+        "(504), so the answer reaches the client in time.",
+    )
 
 
 class AppConfig(BaseModel):

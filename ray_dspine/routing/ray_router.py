@@ -29,6 +29,8 @@ against every load report of its replica, since a report read while the request 
 show it (after `receipt_timeout_s` it is assumed delivered); from then on, reports taken after it do.
 Ray runs at most 2 x replicas (cap 50) routing loops per handle and each waiting request holds one, so
 a backlog of requests that fit nowhere delays the requests queued behind it (first come, first served).
+A replica whose actor died leaves the candidates as soon as Ray sees a call to it fail with ActorDiedError
+(`on_replica_actor_died`), before the controller's next replica list; the policy forgets it then too.
 With DSPINE_ROUTING_DECISION_LOG=<file> set, every decision is appended there (decision_log.py).
 Every placement is also counted by outcome (outcomes.py: stayed on its conversation's replica, moved
 off it and why, or a new session), every request told to wait is counted once by kind, and each
@@ -169,6 +171,15 @@ class DSpineRequestRouter(RequestRouter):
         if request_id is not None:
             self._tentative.pop(request_id, None)
             self._policy.on_completed(request_id)
+
+    def on_replica_actor_died(self, replica_id: ReplicaID) -> None:
+        """Ray saw the replica's actor die (a call to it failed with ActorDiedError): Ray drops it from the
+        candidates at once; the policy forgets its placements, cached prefixes and sessions, so no later
+        decision counts on it (its later removal by update_replicas no longer lists it as gone)."""
+        super().on_replica_actor_died(replica_id)
+        self._policy.forget_replica(replica_id.unique_id)
+        for request_id in [rid for rid, placed in self._tentative.items() if placed == replica_id.unique_id]:
+            del self._tentative[request_id]
 
     def update_replicas(self, replicas: List[RunningReplica]) -> None:
         before = {rid.unique_id for rid in self._replicas}

@@ -8,6 +8,14 @@ stamped on the first chunk: speculative, autoregressive, or autoregressive-fallb
 serves without its drafter), and `Server-Timing`
 (where the time to the first chunk went: server_timing.py). The first chunk is awaited before the
 response starts, so a refusal from the engine still becomes a 4xx.
+Before the call, admission.py decides by time: a request whose estimated completion would pass its deadline
+(`request_timeout_s`, or the client's `x-dspine-deadline-ms`) is refused at once with 429 and a Retry-After
+from the same estimate; that deadline is also the request's end-to-end deadline (504 past it).
+Faults: a call whose replica stopped before its first chunk is made again on a live replica, at most
+`retry_unstarted_attempts` more times, never once anything was sent; a stream cut later ends with an error
+event, a terminal chunk with finish_reason "error" and `[DONE]` (responses.py), and a non-streaming request
+gets 502 `replica_failed` naming the cause. Every such end counts as finish_reason "error" in the metrics;
+refusals before any work (429 by admission, 503 by Ray) count in dspine_refused_requests by status.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from ..routing.fingerprint import conversation_text, prefix_hashes
 from ..routing.traffic import assign, reasoning_level_of, session_key
 from . import responses
 from .access import ApiKeyGate
+from .admission import DEADLINE_HEADER, Admission, Ticket, parse_deadline_ms
 from .body import parse_body
 from .health import HealthMonitor, readiness
 from .errors import ApiError, error_response, from_validation_error, install_error_handlers
@@ -47,11 +56,14 @@ HEALTH_TIMEOUT_S = 2.0
 class IngressCore:
     """Framework-free request handling; `RayIngress` wraps it in a Serve deployment."""
 
-    def __init__(self, config: AppConfig, handles: dict, metrics: RequestMetrics | None = None):
+    def __init__(
+        self, config: AppConfig, handles: dict, metrics: RequestMetrics | None = None, admission: Admission | None = None
+    ):
         self.config = config
         self.server = config.server
         self.handles = handles
         self.metrics = metrics or RequestMetrics()
+        self.admission = admission or Admission.from_config(config, time.monotonic)  # the deadlines' clock
         self.started_at = int(time.time())
         self.health_monitor: HealthMonitor | None = None  # set by the Serve deployment (app.py)
 
@@ -170,29 +182,88 @@ class IngressCore:
             log.error("unexpected %s while serving a request", type(exc).__name__, exc_info=True)
             return error_response(ApiError(500, f"internal error: {type(exc).__name__}", code="internal_error"))
 
+    def deadline_of(self, request: Request, arrived: float) -> float:
+        """The request's end-to-end deadline (monotonic seconds): request_timeout_s after it arrived, or
+        sooner by its x-dspine-deadline-ms header, less deadline_margin_ms (at most half) (admission.py)."""
+        try:
+            header_s = parse_deadline_ms(request.headers.get(DEADLINE_HEADER))
+        except ValueError as exc:
+            raise ApiError(400, str(exc), param=DEADLINE_HEADER, code="invalid_value") from exc
+        timeout_s = self.server.request_timeout_s
+        if header_s is not None:
+            margin_s = min(self.server.deadline_margin_ms / 1000.0, header_s / 2)
+            timeout_s = min(timeout_s, header_s - margin_s)
+        return arrived + timeout_s
+
+    async def first_chunk(self, typed: GenerateRequest, token_ids: list[int] | None, deadline: float):
+        """(stream, first chunk) of the request's call to its pool.
+
+        A call whose replica stopped before its first chunk arrived (nothing was sent to the client) is made
+        again, at most `retry_unstarted_attempts` more times; Ray's router has dropped the dead replica by
+        then, so the call goes to a live one. Any other failure, and the deadline, end the request."""
+        attempts = 1 + self.server.retry_unstarted_attempts
+        for attempt in range(attempts):
+            handle = self.handles[typed.pool].options(stream=True, session_id=typed.session_id or "")
+            stream = handle.generate.remote(typed) if token_ids is None else handle.generate.remote(typed, token_ids)
+            try:
+                return stream, await responses.next_chunk(stream, deadline)
+            except responses.DeadlineExceeded:
+                stream.cancel()
+                raise
+            except StopAsyncIteration as exc:
+                raise responses.replica_failed(responses.StreamEndedEarly()) from exc
+            except asyncio.CancelledError as exc:
+                if not responses.cancelled_by_stream():
+                    stream.cancel()  # the client left: stop the replica's work
+                    raise
+                raise responses.replica_failed(exc) from exc
+            except Exception as exc:
+                if attempt + 1 >= attempts or not responses.replica_stopped(exc):
+                    raise
+                log.warning(
+                    "request %s: its replica stopped before the first chunk (%s); trying again (%d of %d)",
+                    typed.request_id, type(exc).__name__, attempt + 2, attempts,
+                )  # fmt: skip
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
     async def _serve(self, request: Request, *, chat: bool) -> Response:
         retry = self.server.retry_after_s
         taken = time.monotonic()
         try:
             self.authenticate(request)
+            deadline = self.deadline_of(request, taken)
             body = await self.read_json(request)
             typed, parsed = self.build_request(body, request, chat=chat)
         except ApiError as exc:
             return error_response(exc, retry)
+        admission = self.admission.pool(typed.pool)
+        verdict = admission.decide(deadline - time.monotonic())
+        if not verdict.admit:
+            self.metrics.record_refusal(typed, Chunk(error=verdict.message, error_status=429))
+            return error_response(ApiError(429, verdict.message, code=verdict.code, retry_after_s=verdict.retry_after_s))
+        ticket = admission.begin(deadline)
         started = time.monotonic()
-        deadline = started + self.server.request_timeout_s
-        handle = self.handles[typed.pool].options(stream=True, session_id=typed.session_id or "")
         token_ids = None if chat else parsed.prompt_token_ids()
-        stream = handle.generate.remote(typed) if token_ids is None else handle.generate.remote(typed, token_ids)
         try:
-            first: Chunk = await responses.next_chunk(stream, deadline)
+            stream, first = await self.first_chunk(typed, token_ids, deadline)
             first_at = time.monotonic()
-        except TimeoutError:
-            stream.cancel()
+        except asyncio.CancelledError:  # the client left before the first chunk
+            ticket.end(completed=False)
+            raise
+        except responses.DeadlineExceeded:
+            ticket.end(completed=False)
+            self.metrics.start(typed, "", started).finish("error", None)
             return error_response(ApiError(504, responses.timeout_message(typed), code="timeout"), retry)
-        except Exception as exc:  # backpressure, unavailable replicas, replica crash
-            return error_response(responses.handle_error(exc), retry)
+        except Exception as exc:  # backpressure, unavailable replicas, a replica that stopped
+            ticket.end(completed=False)
+            failure = exc if isinstance(exc, ApiError) else responses.handle_error(exc, admission.busy_retry_after_s())
+            if failure.status == 503:  # refused before any work: not an error of the pool's
+                self.metrics.record_refusal(typed, Chunk(error=failure.message, error_status=503))
+            else:
+                self.metrics.start(typed, "", started).finish("error", None)
+            return error_response(failure, retry)
         if first.error is not None:
+            ticket.end(completed=False)
             stream.cancel()
             self.metrics.record_refusal(typed, first)
             code = getattr(first, "error_code", None)
@@ -207,7 +278,7 @@ class IngressCore:
         if first.replica_s is not None:
             routing_s = max(0.0, first_at - started - first.replica_s)
             self.metrics.record_first_chunk(typed, first.path or "", first.replica_s, routing_s)
-        timer = self.metrics.start(typed, first.path or "", started)
+        timer = TicketedTimer(self.metrics.start(typed, first.path or "", started), ticket, first_at, first.replica_s)
         model = self.server.served_model_name
         if parsed.stream is True:
             options = parsed.stream_options
@@ -252,6 +323,26 @@ class IngressCore:
         for name, handle in self.handles.items():
             described[name] = await handle.describe.remote()
         return described
+
+
+class TicketedTimer:
+    """A request's metrics timer that also ends its admission ticket: a normal finish is a completion, whose
+    service time is its time on the replica (the first chunk's replica seconds plus the time since it)."""
+
+    def __init__(self, timer, ticket: Ticket, first_at: float, replica_s: float | None, clock=time.monotonic):
+        self._timer = timer
+        self._ticket = ticket
+        self._first_at = first_at
+        self._replica_s = replica_s
+        self._clock = clock
+
+    def tokens(self, count: int) -> None:
+        self._timer.tokens(count)
+
+    def finish(self, reason: str, usage) -> None:
+        service_s = None if self._replica_s is None else self._replica_s + (self._clock() - self._first_at)
+        self._ticket.end(completed=reason not in ("error", "abort"), service_s=service_s)
+        self._timer.finish(reason, usage)
 
 
 def make_fastapi() -> FastAPI:

@@ -7,6 +7,10 @@ first chunk is also split in two, as the Server-Timing header tells it (server_t
 in the replica (`replica`: the engine's queueing and prefill) and the rest of the ingress's wait
 (`ingress - parse - replica`: the router's choice and waits, and Ray's transport both ways).
 
+Every request the ingress admitted ends in dspine_requests with its finish reason: a replica that stopped,
+a stream cut early and a deadline passed are all "error" (before or after the first chunk), a client that
+left is "abort".
+
 Per replica, the engine's own gauges are re-exported: an SGLang server binds 127.0.0.1 inside its pod,
 where no Prometheus reaches it, and its replica already reads its /metrics every load_poll_s into the
 LoadSnapshot; Ray exports these gauges on its metrics port with deployment and replica tags
@@ -26,6 +30,8 @@ import time
 
 from ..engines.protocol import Chunk, GenerateRequest, LoadSnapshot, Usage
 
+# Tags carry only names the configuration gives (pool, arm), a decode path, a finish reason or an HTTP
+# status: never request content (prompt text, keys, session ids), which the tests check with canaries.
 TAGS = ("pool", "arm", "path")
 LATENCY_BOUNDARIES_S = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60]
 ACCEPT_BOUNDARIES = [1, 1.25, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10, 12, 16]
@@ -55,7 +61,11 @@ class RequestMetrics:
         )  # fmt: skip
         self.output_tokens = metrics.Counter("dspine_output_tokens", "Output tokens.", TAGS)
         self.requests = metrics.Counter("dspine_requests", "Finished requests.", TAGS + ("finish_reason",))
-        self.refused = metrics.Counter("dspine_refused_requests", "Requests refused by a replica.", ("pool", "arm", "status"))
+        self.refused = metrics.Counter(
+            "dspine_refused_requests",
+            "Requests refused before any work: by a replica (its 4xx), by admission (429) or by Ray's full queue (503).",
+            ("pool", "arm", "status"),
+        )
 
     def start(self, request: GenerateRequest, path: str, started: float) -> "RequestTimer":
         return RequestTimer(self, {"pool": request.pool, "arm": request.arm, "path": path}, started)

@@ -20,6 +20,7 @@ wake-up and leave a stream waiting forever.
 from __future__ import annotations
 
 import logging
+import os
 import time
 
 from ..config import PoolConfig
@@ -134,7 +135,8 @@ class EngineReplica:
         log.info("pool %s replica %s: drafter %s", self.pool.name, self.replica_id, "on" if enabled else "off")
 
     async def describe(self) -> dict:
-        return {"pool": self.pool.name, "replica": self.replica_id, **self.engine.describe()}
+        """The engine's description, with this replica's id and its process id (for operators' fault drills)."""
+        return {"pool": self.pool.name, "replica": self.replica_id, "process_id": os.getpid(), **self.engine.describe()}
 
     async def load(self) -> dict:
         return self.engine.load().model_dump()

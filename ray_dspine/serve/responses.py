@@ -1,4 +1,19 @@
-"""Turn a pool's chunk stream into OpenAI response bodies (SSE events or one JSON object)."""
+"""Turn a pool's chunk stream into OpenAI response bodies (SSE events or one JSON object).
+
+Endings, for a stream that has started (its first chunk reached the ingress):
+  normal     the chunks' events, the usage event when asked for, then `data: [DONE]`.
+  error      whatever stops the stream early ends it with three events, never a silent cut:
+             `data: {"error": {...}}` naming the cause, a terminal chunk whose finish_reason is "error",
+             then `data: [DONE]`. Causes: an error chunk from the replica (its status); the request's
+             end-to-end deadline (504 `timeout`); the replica stopping (Ray's RayActorError family:
+             ActorDiedError, ActorUnavailableError; a crashed worker or node), a replica call cancelled on
+             Ray's side (RequestCancelledError, or the CancelledError Ray turns it into while this task itself
+             was not cancelled), the stream ending without a finish reason, or any other exception
+             (502 `replica_failed`, the message naming the exception type and the tokens already sent).
+  client     a client that goes away cancels the replica's work; nothing more is sent.
+A non-streaming request that fails the same ways is answered with the same status and code as JSON.
+Ray's BackPressureError (the pool's queue is full) and DeploymentUnavailableError are 503s.
+"""
 
 from __future__ import annotations
 
@@ -14,25 +29,80 @@ from .tool_calls import merge_tool_calls
 
 log = logging.getLogger("ray_dspine.ingress")
 
+REPLICA_FAILED_STATUS = 502  # the upstream (the replica) failed; the ingress itself is fine
+REPLICA_FAILED_CODE = "replica_failed"
 
-def handle_error(exc: Exception) -> ApiError:
-    """Map a failure to reach a replica to an HTTP error."""
+
+class DeadlineExceeded(TimeoutError):
+    """The request's end-to-end deadline passed while the ingress waited for its next chunk."""
+
+
+class StreamEndedEarly(Exception):
+    """The replica's stream ended without a finish reason."""
+
+
+def replica_stopped(exc: BaseException) -> bool:
+    """Whether `exc` says the replica's process (or its worker or node) stopped: work there is lost."""
+    from ray.exceptions import NodeDiedError, RayActorError, RayTaskError, WorkerCrashedError
+
+    if isinstance(exc, (RayActorError, WorkerCrashedError, NodeDiedError)):
+        return True
+    return isinstance(exc, RayTaskError) and isinstance(getattr(exc, "cause", None), RayActorError)
+
+
+def cancelled_by_stream() -> bool:
+    """Whether a CancelledError just caught came from the replica's stream, not from this task being cancelled
+    (the client leaving): Ray turns a replica call cancelled on its side into asyncio.CancelledError."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() == 0
+
+
+def failure_message(exc: BaseException, tokens_sent: int) -> str:
+    """The client-facing cause of a replica failure: the exception type only, never its text."""
+    name = type(exc).__name__
+    if isinstance(exc, StreamEndedEarly):
+        return f"the replica ended the stream without a finish reason; {tokens_sent} tokens were sent before it ended"
+    if replica_stopped(exc):
+        if isinstance(getattr(exc, "cause", None), BaseException):  # a RayTaskError: name what it wraps
+            name = type(exc.cause).__name__
+        return f"the replica serving this request stopped ({name}); {tokens_sent} tokens were sent before it stopped"
+    return f"the replica serving this request failed ({name}); {tokens_sent} tokens were sent before it failed"
+
+
+def replica_failed(exc: BaseException, tokens_sent: int = 0) -> ApiError:
+    return ApiError(REPLICA_FAILED_STATUS, failure_message(exc, tokens_sent), code=REPLICA_FAILED_CODE)
+
+
+def handle_error(exc: Exception, retry_after_s: int | None = None) -> ApiError:
+    """Map a failure before the first chunk to an HTTP error; `retry_after_s` goes with the 503s."""
     from ray.serve.exceptions import BackPressureError, DeploymentUnavailableError
 
     if isinstance(exc, BackPressureError):
-        return ApiError(503, "all replicas of the pool are busy and its queue is full; retry later", code="overloaded")
+        return ApiError(503, "all replicas of the pool are busy and its queue is full; retry later", code="overloaded",
+                        retry_after_s=retry_after_s)  # fmt: skip
     if isinstance(exc, DeploymentUnavailableError):
-        return ApiError(503, "the pool has no replica ready yet; retry later", code="unavailable")
-    log.exception("request to the pool failed")
-    return ApiError(500, f"the replica failed: {type(exc).__name__}", code="replica_error")
+        return ApiError(503, "the pool has no replica ready yet; retry later", code="unavailable",
+                        retry_after_s=retry_after_s)  # fmt: skip
+    if replica_stopped(exc):
+        log.warning("a replica stopped before the first chunk: %s", type(exc).__name__)
+    else:
+        log.error("request to the pool failed: %s", type(exc).__name__, exc_info=exc)
+    return replica_failed(exc, 0)
 
 
 async def next_chunk(stream, deadline: float) -> Chunk:
-    """The stream's next chunk, or TimeoutError once the request's end-to-end deadline passes."""
+    """The stream's next chunk, or DeadlineExceeded once the request's end-to-end deadline passes.
+
+    A StopAsyncIteration (the stream ended) and any exception of the stream itself pass through."""
     remaining = deadline - time.monotonic()
     if remaining <= 0:
-        raise TimeoutError
-    return await asyncio.wait_for(stream.__anext__(), remaining)
+        raise DeadlineExceeded
+    try:
+        return await asyncio.wait_for(stream.__anext__(), remaining)
+    except TimeoutError:
+        if time.monotonic() >= deadline:
+            raise DeadlineExceeded from None
+        raise  # a TimeoutError of the stream's own (Ray's GetTimeoutError): a replica failure
 
 
 def timeout_message(request: GenerateRequest) -> str:
@@ -71,6 +141,13 @@ def _openai_finish(reason: str | None) -> str | None:
     return "stop" if reason == "abort" else reason
 
 
+def _error_ending(base: dict, chat: bool, status: int, message: str, code: str | None, param: str | None = None):
+    """The three events of rule error."""
+    yield f"data: {json.dumps(error_body(status, message, param, code))}\n\n"
+    yield f"data: {json.dumps({**base, 'choices': [_choice(chat, '', 'error', True)]})}\n\n"
+    yield "data: [DONE]\n\n"
+
+
 async def sse_events(
     stream, first: Chunk, request: GenerateRequest, model: str, chat: bool, include_usage: bool, continuous: bool,
     timer: RequestTimer, deadline: float,
@@ -80,43 +157,67 @@ async def sse_events(
     chunk = first
     finished = False
     completion_tokens = 0
+    ending: tuple | None = None  # (status, message, code, param) of an error ending
     try:
-        while True:
-            if chunk.error is not None:
-                yield f"data: {json.dumps(error_body(chunk.error_status or 500, chunk.error))}\n\n"
-                timer.finish("error", None)
-                finished = True
-                break
-            timer.tokens(chunk.num_tokens)
-            completion_tokens += chunk.num_tokens
-            finish = _openai_finish(chunk.finish_reason)
-            if chunk.text or chunk.reasoning or chunk.tool_calls or finish is not None:
-                choice = _choice(chat, chunk.text, finish, True, chunk.tool_calls, chunk.reasoning)
-                event = {**base, "choices": [choice]}
-                if continuous:
-                    event["usage"] = {"completion_tokens": completion_tokens}
-                yield f"data: {json.dumps(event)}\n\n"
-            if chunk.finish_reason is not None:
-                if include_usage:
-                    yield f"data: {json.dumps({**base, 'choices': [], 'usage': usage_dict(chunk.usage)})}\n\n"
-                timer.finish(chunk.finish_reason, chunk.usage)
-                finished = True
-                break
-            chunk = await next_chunk(stream, deadline)
-        yield "data: [DONE]\n\n"
-    except TimeoutError:
-        stream.cancel()
+        try:
+            while True:
+                if chunk.error is not None:
+                    code = getattr(chunk, "error_code", None)
+                    ending = (chunk.error_status or 500, chunk.error, code, chunk.error_param)
+                    break
+                timer.tokens(chunk.num_tokens)
+                completion_tokens += chunk.num_tokens
+                finish = _openai_finish(chunk.finish_reason)
+                if chunk.text or chunk.reasoning or chunk.tool_calls or finish is not None:
+                    choice = _choice(chat, chunk.text, finish, True, chunk.tool_calls, chunk.reasoning)
+                    event = {**base, "choices": [choice]}
+                    if continuous:
+                        event["usage"] = {"completion_tokens": completion_tokens}
+                    yield f"data: {json.dumps(event)}\n\n"
+                if chunk.finish_reason is not None:
+                    if include_usage:
+                        yield f"data: {json.dumps({**base, 'choices': [], 'usage': usage_dict(chunk.usage)})}\n\n"
+                    timer.finish(chunk.finish_reason, chunk.usage)
+                    finished = True
+                    yield "data: [DONE]\n\n"
+                    return
+                chunk = await next_chunk(stream, deadline)
+        except DeadlineExceeded:
+            stream.cancel()
+            ending = (504, timeout_message(request), "timeout", None)
+        except StopAsyncIteration:
+            failure = replica_failed(StreamEndedEarly(), completion_tokens)
+            ending = (failure.status, failure.message, failure.code, None)
+        except asyncio.CancelledError as exc:
+            if not cancelled_by_stream():
+                raise  # the client left: rule client
+            _cancel_quietly(stream)
+            failure = replica_failed(exc, completion_tokens)
+            ending = (failure.status, failure.message, failure.code, None)
+        except Exception as exc:  # the replica stopped, a cancelled call, or anything unexpected: never a silent cut
+            if replica_stopped(exc):
+                log.warning("request %s: its replica stopped mid-stream (%s)", request.request_id, type(exc).__name__)
+            else:
+                log.error("request %s: its stream failed (%s)", request.request_id, type(exc).__name__, exc_info=exc)
+            _cancel_quietly(stream)
+            failure = replica_failed(exc, completion_tokens)
+            ending = (failure.status, failure.message, failure.code, None)
         timer.finish("error", None)
         finished = True
-        yield f"data: {json.dumps(error_body(504, timeout_message(request)))}\n\n"
-    except StopAsyncIteration:
-        timer.finish("error", None)
-        finished = True
-        yield f"data: {json.dumps(error_body(500, 'the replica ended the stream early'))}\n\n"
+        for event in _error_ending(base, chat, *ending):
+            yield event
     finally:
         if not finished:  # client went away: stop the replica's work and free its budget
-            stream.cancel()
+            _cancel_quietly(stream)
             timer.finish("abort", None)
+
+
+def _cancel_quietly(stream) -> None:
+    """Cancel the replica call; a call whose replica is gone may refuse, which changes nothing."""
+    try:
+        stream.cancel()
+    except Exception:  # noqa: BLE001 - nothing left to stop
+        log.debug("cancelling a finished replica call failed", exc_info=True)
 
 
 async def collect(
@@ -125,6 +226,7 @@ async def collect(
     parts: list[str] = []
     thoughts: list[str] = []
     tool_deltas: list[dict] = []
+    tokens_sent = 0
     chunk = first
     try:
         while True:
@@ -132,20 +234,35 @@ async def collect(
                 timer.finish("error", None)
                 raise ApiError(chunk.error_status or 500, chunk.error, param=chunk.error_param)
             timer.tokens(chunk.num_tokens)
+            tokens_sent += chunk.num_tokens
             parts.append(chunk.text)
             thoughts.append(chunk.reasoning)
             tool_deltas.extend(chunk.tool_calls or [])
             if chunk.finish_reason is not None:
                 break
             chunk = await next_chunk(stream, deadline)
-    except TimeoutError as exc:
+    except DeadlineExceeded as exc:
         stream.cancel()
         timer.finish("error", None)
         raise ApiError(504, timeout_message(request), code="timeout") from exc
-    except asyncio.CancelledError:
-        stream.cancel()
-        timer.finish("abort", None)
+    except asyncio.CancelledError as exc:
+        _cancel_quietly(stream)
+        if not cancelled_by_stream():
+            timer.finish("abort", None)
+            raise
+        timer.finish("error", None)
+        raise replica_failed(exc, tokens_sent) from exc
+    except StopAsyncIteration as exc:
+        timer.finish("error", None)
+        raise replica_failed(StreamEndedEarly(), tokens_sent) from exc
+    except ApiError:
         raise
+    except Exception as exc:  # rule error, as JSON
+        if not replica_stopped(exc):
+            log.error("request %s: its stream failed (%s)", request.request_id, type(exc).__name__, exc_info=exc)
+        _cancel_quietly(stream)
+        timer.finish("error", None)
+        raise replica_failed(exc, tokens_sent) from exc
     timer.finish(chunk.finish_reason, chunk.usage)
     calls = merge_tool_calls(tool_deltas) or None
     return {
