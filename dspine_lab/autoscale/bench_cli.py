@@ -7,8 +7,12 @@ met when ours keeps >= 99% and costs >= 25% less per completed request than the 
 With --sweep-baselines each baseline's main knob is also swept (Ray: target_ongoing_requests, as its
 docs advise load-testing it; TTFT rule: ttft_target_s) and the cheapest setting within SLO reported.
 With --hindsight the day's hindsight schedule (sim/hindsight.py) is computed too and every verdict
-states the cost reduction it reaches against the same better baseline: the most any policy could
-have saved on that day, and ours' cost above it.
+states the cost reduction it reaches against the same better baseline (that schedule is chosen with
+the day's own arrivals, so it is a bound, not a policy tuned on equal terms).
+With --frontier the command instead runs frontier.py: every policy's 8-point grid on the tuning day
+(--tuning-seed), the cheapest configuration meeting each attainment target, reported on the held-out
+day (--seed); it prints the table and writes the receipt JSON and PNG
+(default docs/receipts/autoscaling/frontier-<pool>.{json,png}).
 """
 
 from __future__ import annotations
@@ -19,9 +23,10 @@ import sys
 import time
 from pathlib import Path
 
-from ray_dspine.autoscale.baselines import RayDefaultSettings, TtftRuleSettings
-from ray_dspine.autoscale.plot import arrivals_per_quarter_hour, plot_day
-from ray_dspine.autoscale.sim_setup import (
+from dspine_lab.autoscale.baselines import RayDefaultSettings, TtftRuleSettings
+from dspine_lab.autoscale import frontier
+from dspine_lab.autoscale.plot import arrivals_per_quarter_hour, plot_day, plot_frontier
+from dspine_lab.autoscale.sim_setup import (
     add_pool_arguments,
     base_policy_config,
     command_line,
@@ -33,10 +38,10 @@ from ray_dspine.autoscale.sim_setup import (
     tuned_policy_config,
 )
 from ray_dspine.cli_errors import cli_errors
-from ray_dspine.sim.config import OursPolicy, RayDefaultPolicySpec, SimConfig, TtftRulePolicySpec
-from ray_dspine.sim.hindsight import hindsight_day
-from ray_dspine.sim.run import load_day, simulate_day
-from ray_dspine.sim.simulator import effective_controls
+from dspine_lab.sim.config import OursPolicy, RayDefaultPolicySpec, SimConfig, TtftRulePolicySpec
+from dspine_lab.sim.hindsight import hindsight_day
+from dspine_lab.sim.run import load_day, simulate_day
+from dspine_lab.sim.simulator import effective_controls
 
 GOAL_COST_REDUCTION = 0.25
 GOAL_ATTAINMENT = 0.99
@@ -55,6 +60,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="also compute the day's hindsight schedule: the fewest replicas per bin keeping 99%% within SLO",
     )  # fmt: skip
     parser.add_argument("--hindsight-bin-s", type=float, default=300.0, help="hindsight bin length, s (default 300)")
+    parser.add_argument(
+        "--frontier", action="store_true",
+        help="sweep every policy's 8-point grid on the tuning day; report each attainment target's cheapest "
+        "configuration on the held-out day (--seed)",
+    )  # fmt: skip
+    parser.add_argument("--tuning-seed", type=int, default=0, help="seed of the tuning day for --frontier (default 0)")
     parser.add_argument("--json", action="store_true", help="print the JSON report (always written with --out)")
     parser.add_argument("--out", type=Path, help="write the JSON report here")
     parser.add_argument(
@@ -117,8 +128,84 @@ def _verdict(ours: dict, baselines: list[dict], hindsight: dict | None = None) -
     return out
 
 
+def _clock(t_s: float) -> str:
+    """HH:MM of a simulated clock reading (seconds from midnight)."""
+    minutes = int(round(t_s / 60.0))
+    return f"{minutes // 60:02d}:{minutes % 60:02d}"
+
+
+def run_frontier(args: argparse.Namespace) -> int:
+    """--frontier: frontier.py on the pool; prints the table (SIMULATED), writes receipt and plot."""
+    if args.tuning_seed == args.seed:
+        raise SetupError(f"argument --tuning-seed: must differ from --seed (the held-out day), both {args.seed}")
+    pool, traffic = resolve_pool(args)
+    profile = load_pool_profile(pool)
+    base = base_policy_config(pool, profile)
+    held_sim = SimConfig(pool=pool, traffic=traffic, policy=OursPolicy(params=base))
+    tune_sim = held_sim.model_copy(update={"traffic": traffic.model_copy(update={"seed": args.tuning_seed})})
+    trace = load_trace_for(args, pool, traffic)
+    _, tune_day = load_day(tune_sim, trace)
+    _, held_day = load_day(held_sim, trace)
+    grid = frontier.grids(pool, base, args.tuning_seed)
+    started = time.monotonic()
+
+    def runner(sim: SimConfig, day, name: str):
+        def run_point(point: frontier.GridPoint):
+            result = simulate_day(sim.model_copy(update={"policy": point.spec}), trace, profile, day)
+            print(
+                f"  SIMULATED {name} day (seed {sim.traffic.seed}) {point.policy}[{point.index}] {point.params}: "
+                f"attainment {result.slo_attainment:.4f}  cost/request {result.cost_per_completed_request_usd:.6f} USD  "
+                f"peak {result.peak_replicas}  ({time.monotonic() - started:.0f} s)",
+                file=sys.stderr, flush=True,
+            )  # fmt: skip
+            return result
+
+        return run_point
+
+    print(
+        f"frontier {pool.name}: tuning day seed {args.tuning_seed} ({tune_day.num_requests} requests), held-out day "
+        f"seed {args.seed} ({held_day.num_requests} requests), {frontier.GRID_SIZE} configurations per policy",
+        file=sys.stderr,
+    )
+    result = frontier.frontier(grid, runner(tune_sim, tune_day, "tuning"), runner(held_sim, held_day, "held-out"))
+    report = {
+        "simulated": True,
+        "note": "SIMULATED days on the calibrated twin; every figure is simulated, not measured on GPUs.",
+        "command": command_line(args),
+        "pool": pool.model_dump(mode="json"),
+        "traffic": traffic.model_dump(mode="json"),
+        "tuning_seed": args.tuning_seed,
+        "held_out_seed": args.seed,
+        "slo_semantics": "ray_dspine/autoscale/slo.py: per request, completed with TTFT <= ttft_slo_s and mean "
+        "ITL <= itl_slo_ms; attainment = share of all offered requests (failed ones are outside)",
+        "grid_size": frontier.GRID_SIZE,
+        "grids": {p: [g.params for g in points] for p, points in grid.items()},
+        "labels": frontier.LABELS,
+        "targets": list(frontier.TARGETS),
+        "goal": {"cost_reduction_at_least": frontier.GOAL_COST_REDUCTION, "against": "ray-default"},
+        "elapsed_s": round(time.monotonic() - started, 1),
+        **result,
+    }
+    stem = Path("docs/receipts/autoscaling") / f"frontier-{pool.name}"
+    out = args.out or stem.with_suffix(".json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    hours = f"{_clock(traffic.start_s)}-{_clock(traffic.start_s + traffic.duration_s)}"
+    title = (
+        f"{pool.name}, {traffic.trace} x{traffic.rate_scale:g}, {hours}; chosen on seed {args.tuning_seed}, "
+        f"shown on held-out seed {args.seed} (SIMULATED)"
+    )
+    plot = plot_frontier(result, frontier.POLICIES, frontier.LABELS, title, args.plot or stem.with_suffix(".png"))
+    for line in frontier.table_lines(pool.name, result):
+        print(line)
+    print(f"wrote {out} and {plot}", file=sys.stderr)
+    return 0
+
+
 @cli_errors
 def run(args: argparse.Namespace) -> int:
+    if args.frontier:
+        return run_frontier(args)
     if not 0.0 < args.hindsight_bin_s <= 86_400.0:
         raise SetupError(f"argument --hindsight-bin-s: a length in (0, 86400] s (got {args.hindsight_bin_s:g})")
     pool, traffic = resolve_pool(args)
@@ -128,7 +215,7 @@ def run(args: argparse.Namespace) -> int:
     sim = SimConfig(pool=pool, traffic=traffic, policy=OursPolicy(params=params))
     trace, day = load_day(sim, load_trace_for(args, pool, traffic))
     ray_spec = RayDefaultPolicySpec(settings=RayDefaultSettings(max_ongoing_requests=pool.max_ongoing_requests))
-    ttft_spec = TtftRulePolicySpec(settings=TtftRuleSettings(ttft_target_s=pool.slo.ttft_p95_s))
+    ttft_spec = TtftRulePolicySpec(settings=TtftRuleSettings(ttft_target_s=pool.slo.ttft_slo_s))
     rows = []
     for name, spec in (("ray-default", ray_spec), ("ray-llm-ttft", ttft_spec), ("ours", OursPolicy(params=params))):
         print(f"simulating {name} on {pool.name} ({day.num_requests} requests)", file=sys.stderr)
@@ -140,7 +227,7 @@ def run(args: argparse.Namespace) -> int:
             spec = ray_spec.model_copy(update={"settings": ray_spec.settings.model_copy(update={"target_ongoing_requests": target})})
             sweeps.append(_row(f"ray-default(target_ongoing_requests={target:g})", spec, sim, trace, profile, day))
         for fraction in TTFT_SWEEP_FRACTIONS:
-            value = fraction * pool.slo.ttft_p95_s
+            value = fraction * pool.slo.ttft_slo_s
             spec = ttft_spec.model_copy(update={"settings": ttft_spec.settings.model_copy(update={"ttft_target_s": value})})
             sweeps.append(_row(f"ray-llm-ttft(ttft_target_s={value:g})", spec, sim, trace, profile, day))
     hindsight = None

@@ -14,7 +14,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from ray_dspine.sim.arrivals import bin_index
+from dspine_lab.sim.arrivals import bin_index
 
 QUARTER_S = 900.0
 
@@ -48,6 +48,41 @@ def plot_day(rows: list[dict], rate_per_s: np.ndarray, title: str, path: Path) -
     axes.set_title(title, fontsize=10)
     axes.grid(alpha=0.3)
     axes.legend(fontsize=7, loc="upper left")
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, format="png")
+    return path
+
+
+def plot_frontier(result: dict, policies: tuple[str, ...], labels: dict[str, str], title: str, path: Path) -> Path:
+    """Cost per completed request against SLO attainment on the held-out day, one line per policy:
+    the configuration chosen for each attainment target (frontier.py), each point marked with the
+    targets it was chosen for; a target a policy has no configuration for leaves no point."""
+    figure = Figure(figsize=(9, 5.2), dpi=110)
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot(1, 1, 1)
+    for policy in policies:
+        points = []
+        for entry in result["frontier"]:
+            row = entry["policies"].get(policy)
+            if row is not None:
+                h = row["held_out"]
+                points.append((100 * h["slo_attainment"], 1000 * h["cost_per_completed_request_usd"], entry["target"]))
+        if not points:
+            continue
+        merged: dict[tuple[float, float], list[float]] = {}  # one configuration chosen for several targets
+        for x, y, target in points:
+            merged.setdefault((x, y), []).append(target)
+        xy = sorted(merged)
+        line = axes.plot([p[0] for p in xy], [p[1] for p in xy], marker="o", linewidth=1.4, label=labels[policy])
+        for x, y in xy:
+            text = ", ".join(f"{100 * t:g}" for t in merged[(x, y)])
+            axes.annotate(text, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=6, color=line[0].get_color())
+    axes.set_xlabel("SLO attainment on the held-out day, % (label: the target it was chosen for)")
+    axes.set_ylabel("cost per completed request, mUSD")
+    axes.set_title(title, fontsize=9)
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=7)
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, format="png")

@@ -9,7 +9,11 @@ H200 profile (calibrated from vendor figures) with its drafter. Assumptions, sta
   traffic     dspine-agent and dflash2 (its A/B arm): Azure code trace (long prompts, short
               outputs, coding-assistant-like); dspine-reasoning: Azure conversation trace (longer
               outputs). rate_scale is chosen so one simulated day runs in about a minute on one core.
-  SLOs        agent pools: p95 TTFT 2 s, p95 inter-token 100 ms; reasoning: 3 s, 60 ms.
+  SLOs        per request (ray_dspine/autoscale/slo.py): agent pools TTFT <= 2 s and mean ITL <= 100 ms;
+              reasoning TTFT <= 3 s and mean ITL <= 60 ms.
+  large fleet dspine-agent-fleet: the dspine-agent twin at rate_scale 12 with max_replicas 64 and 10
+              initial replicas, so its busy hours need more than 10 replicas (one replica is under 10%
+              of the peak) and a window starting mid-morning does not start cold.
 A `--config` YAML (clusters/sim.yaml) may override engine, price and GPUs per replica per pool.
 """
 
@@ -21,23 +25,30 @@ import yaml
 
 from ray_dspine.autoscale.config import SloTargets
 from ray_dspine.engines.simulated.config import SimulatedEngineConfig
-from ray_dspine.sim.config import PoolSimConfig, TrafficConfig
+from dspine_lab.sim.config import PoolSimConfig, TrafficConfig
 
 
-def _twin(name: str, drafter: str, slo: SloTargets, trace: str, rate_scale: float) -> tuple[PoolSimConfig, TrafficConfig]:
+def _twin(
+    name: str, drafter: str, slo: SloTargets, trace: str, rate_scale: float, max_replicas: int = 32, initial: int = 2
+) -> tuple[PoolSimConfig, TrafficConfig]:
     """A production pool's calibrated H200 twin (USD 3.50 per GPU-hour) and the traffic it is tuned on."""
     engine = SimulatedEngineConfig(profile="h200-qwen3.8-27b", drafter=drafter)
-    pool = PoolSimConfig(name=name, engine=engine, slo=slo, gpu_hour_usd=3.5)
+    pool = PoolSimConfig(
+        name=name, engine=engine, slo=slo, gpu_hour_usd=3.5, max_replicas=max_replicas, initial_replicas=initial
+    )
     return pool, TrafficConfig(trace=trace, rate_scale=rate_scale)
 
 
-AGENT_SLO = SloTargets(ttft_p95_s=2.0, itl_p95_ms=100.0)
-REASONING_SLO = SloTargets(ttft_p95_s=3.0, itl_p95_ms=60.0)
+AGENT_SLO = SloTargets(ttft_slo_s=2.0, itl_slo_ms=100.0)
+REASONING_SLO = SloTargets(ttft_slo_s=3.0, itl_slo_ms=60.0)
 
 TWIN_POOLS: dict[str, tuple[PoolSimConfig, TrafficConfig]] = {
     "dspine-agent": _twin("dspine-agent", "dspine", AGENT_SLO, "azure-code", 2.5),
     "dflash2": _twin("dflash2", "dflash2", AGENT_SLO, "azure-code", 2.5),
     "dspine-reasoning": _twin("dspine-reasoning", "dspine", REASONING_SLO, "azure-conv", 1.0),
+    "dspine-agent-fleet": _twin(
+        "dspine-agent-fleet", "dspine", AGENT_SLO, "azure-code", 12.0, max_replicas=64, initial=10
+    ),
 }
 
 

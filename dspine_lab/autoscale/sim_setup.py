@@ -9,19 +9,19 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from ray_dspine.autoscale.calibration import capacity_from_profile
+from dspine_lab.autoscale.calibration import capacity_from_profile
 from ray_dspine.autoscale.config import CostAutoscalingConfig, SloTargets
-from ray_dspine.autoscale.sim_pools import TWIN_POOLS, pool_from_cluster_yaml
+from dspine_lab.autoscale.sim_pools import TWIN_POOLS, pool_from_cluster_yaml
 from ray_dspine.bench.traces.loader import TraceNotFoundError
 from ray_dspine.cli_errors import CliError, flag_error
 from ray_dspine.engines.simulated.profile import SimProfile, load_profile
-from ray_dspine.sim.config import PoolSimConfig, TrafficConfig
-from ray_dspine.sim.traces import TraceTable, load_trace_table
+from dspine_lab.sim.config import PoolSimConfig, TrafficConfig
+from dspine_lab.sim.traces import TraceTable, load_trace_table
 
 POLICY_FUNCTION = "ray_dspine.autoscale.ray_policy:CostAutoscalingPolicy"
 FLAG_OF_FIELD = {
-    "rate_scale": "--rate-scale", "duration_s": "--duration-s", "trace": "--trace", "seed": "--seed",
-    "max_replicas": "--max-replicas", "ttft_p95_s": "--ttft-p95-s", "itl_p95_ms": "--itl-p95-ms",
+    "rate_scale": "--rate-scale", "duration_s": "--duration-s", "start_s": "--start-s", "trace": "--trace", "seed": "--seed",
+    "max_replicas": "--max-replicas", "ttft_slo_s": "--ttft-slo-s", "itl_slo_ms": "--itl-slo-ms",
     "profile": "--profile", "drafter": "--drafter", "name": "--pool",
 }  # fmt: skip
 
@@ -50,8 +50,11 @@ def add_pool_arguments(parser: argparse.ArgumentParser, default_pool: str | None
     parser.add_argument("--drafter", choices=("dspine", "dflash2", "none"), help="drafter (default: the pool's)")
     parser.add_argument("--rate-scale", type=float, help="peak rate / the trace's mean rate (default: the pool's)")
     parser.add_argument("--duration-s", type=float, help="simulate less than a day (tests, quick looks)")
-    parser.add_argument("--ttft-p95-s", type=float, help="TTFT SLO (default: the pool's)")
-    parser.add_argument("--itl-p95-ms", type=float, help="inter-token SLO (default: the pool's)")
+    parser.add_argument("--start-s", type=float, help="simulated clock at the start, s from midnight (default 0)")
+    parser.add_argument("--ttft-slo-s", type=float, help="bound on one request's TTFT, s (default: the pool's)")
+    parser.add_argument(
+        "--itl-slo-ms", type=float, help="bound on one request's mean inter-token latency, ms (default: the pool's)"
+    )
     parser.add_argument("--max-replicas", type=int, help="replica ceiling (default 32)")
 
 
@@ -80,14 +83,18 @@ def _resolve_pool(args: argparse.Namespace) -> tuple[PoolSimConfig, TrafficConfi
         pool = pool_from_cluster_yaml(args.config, args.pool, pool)
     engine_update = {k: v for k, v in (("profile", args.profile), ("drafter", args.drafter)) if v is not None}
     slo = pool.slo.model_copy(
-        update={k: v for k, v in (("ttft_p95_s", args.ttft_p95_s), ("itl_p95_ms", args.itl_p95_ms)) if v is not None}
+        update={k: v for k, v in (("ttft_slo_s", args.ttft_slo_s), ("itl_slo_ms", args.itl_slo_ms)) if v is not None}
     )
     pool_update: dict = {"engine": pool.engine.model_copy(update=engine_update), "slo": SloTargets(**slo.model_dump())}
     if args.max_replicas is not None:
         pool_update["max_replicas"] = args.max_replicas
     pool = PoolSimConfig.model_validate({**pool.model_dump(), **{k: v for k, v in pool_update.items()}})
     traffic_update = {
-        k: v for k, v in (("trace", args.trace), ("rate_scale", args.rate_scale), ("duration_s", args.duration_s))
+        k: v
+        for k, v in (
+            ("trace", args.trace), ("rate_scale", args.rate_scale), ("duration_s", args.duration_s),
+            ("start_s", getattr(args, "start_s", None)),
+        )
         if v is not None
     }  # fmt: skip
     traffic_update["seed"] = getattr(args, "seed", traffic.seed)

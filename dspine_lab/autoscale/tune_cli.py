@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from ray_dspine.autoscale.sim_setup import (
+from dspine_lab.autoscale.sim_setup import (
     add_pool_arguments,
     base_policy_config,
     command_line,
@@ -25,10 +25,10 @@ from ray_dspine.autoscale.sim_setup import (
     SetupError,
     tuned_policy_config,
 )
-from ray_dspine.autoscale.tuning import SEARCH_SPACE, Trial, apply_point, tune, validate
+from dspine_lab.autoscale.tuning import SEARCH_SPACE, Trial, apply_point, tune, validate
 from ray_dspine.cli_errors import cli_errors
-from ray_dspine.sim.config import OursPolicy, SimConfig
-from ray_dspine.sim.run import load_day, simulate_day
+from dspine_lab.sim.config import OursPolicy, SimConfig
+from dspine_lab.sim.run import load_day, simulate_day
 
 NOTE = (
     "SIMULATED: measured on the calibrated simulated twin (vendor figures), not on GPUs; "

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ray_dspine.autoscale.config import CostAutoscalingConfig
-from ray_dspine.sim.results import DayResult
+from dspine_lab.sim.results import DayResult
 
 SEARCH_SPACE: dict[str, tuple[float, ...]] = {
     "headroom": (0.0, 0.1, 0.2, 0.3),

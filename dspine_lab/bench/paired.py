@@ -16,8 +16,8 @@ Rules (n pairs i = 1..n, one per replay shared by ours and the baseline):
   verdict        against a goal "x >= target":
                    met        when the interval's low end >= target (cleared with 95% confidence)
                    missed     when its high end < target
-                   undecided  otherwise (these replays cannot tell)
-                   single replay  when n = 1 (no interval; the mean is that replay's figure)
+                   undecided  otherwise (these replays cannot tell), and whenever there is no interval
+                              (n = 1: the mean is that replay's figure, which decides nothing)
   goals          ttft_p99_reduction_vs_pow2 >= 0.30, ttft_p99_reduction_vs_cache_aware >= 0.15 (on c_i),
                  prefix_hit_points_vs_cache_aware >= 0 (on d_i): the point goals of routing_results.py,
                  per pair.
@@ -34,7 +34,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .routing_results import P99_CUT_TARGETS
+from dspine_lab.bench.routing_results import P99_CUT_TARGETS
 
 # t_{0.975, df} for df = 1..30.
 _T975 = (
@@ -44,7 +44,7 @@ _T975 = (
 )  # fmt: skip
 _Z975 = 1.959964
 
-Verdict = Literal["met", "missed", "undecided", "single replay"]
+Verdict = Literal["met", "missed", "undecided"]
 
 # (goal name, baseline, measure, target): the point goals, judged per pair.
 PAIRED_GOALS: tuple[tuple[str, str, str, float], ...] = (
@@ -99,8 +99,9 @@ def interval95(values: Sequence[float]) -> tuple[float, float | None, float | No
 
 
 def verdict(low: float | None, high: float | None, target: float) -> Verdict:
+    """The verdict rule on a 95% interval [low, high] against a goal "x >= target"; no interval: undecided."""
     if low is None or high is None:
-        return "single replay"
+        return "undecided"
     if low >= target:
         return "met"
     if high < target:
@@ -140,8 +141,13 @@ def paired_goals(
     return out
 
 
+def all_met(goals: Sequence[PairedGoal]) -> bool | None:
+    """True when every paired goal is met, False when one is not; None without paired goals."""
+    return all(g.verdict == "met" for g in goals) if goals else None
+
+
 def format_paired(goals: Sequence[PairedGoal]) -> list[str]:
-    """One line per goal, e.g. 'paired NAME: -0.28 pt (95% CI -0.69 to +0.13, 12 pairs) vs target >= +0.00 pt: undecided'."""
+    """One line per goal, e.g. 'SIMULATED paired NAME: -0.28 pt (95% CI -0.69 to +0.13, 12 pairs) vs target >= +0.00 pt: undecided'."""
     lines = []
     for g in goals:
         if g.name.startswith("prefix_hit"):
@@ -152,9 +158,9 @@ def format_paired(goals: Sequence[PairedGoal]) -> list[str]:
             pattern = "{:.1f}"
         value = pattern.format(scale * g.mean) + unit
         if g.ci95_low is None or g.ci95_high is None:
-            spread = "one pair"
+            spread = "one pair, no interval"
         else:
             low, high = pattern.format(scale * g.ci95_low), pattern.format(scale * g.ci95_high)
             spread = f"95% CI {low} to {high}, {g.num_pairs} pairs"
-        lines.append(f"paired {g.name}: {value} ({spread}) vs target >= {target}: {g.verdict}")
+        lines.append(f"SIMULATED paired {g.name}: {value} ({spread}) vs target >= {target}: {g.verdict}")
     return lines

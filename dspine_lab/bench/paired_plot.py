@@ -16,7 +16,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from .paired import PairedGoal, format_paired
+from dspine_lab.bench.paired import PairedGoal, format_paired
 
 
 def _scale(goal: PairedGoal) -> tuple[float, str]:
@@ -37,7 +37,7 @@ def draw_paired(goals: list[PairedGoal], title: str) -> Figure:
         if goal.ci95_low is not None and goal.ci95_high is not None:
             axes.axhspan(scale * goal.ci95_low, scale * goal.ci95_high, color="tab:blue", alpha=0.15, label="95% CI")
         axes.axhline(scale * goal.target, color="tab:red", linestyle="--", linewidth=1, label="target")
-        head, _, tail = line.removeprefix("paired ").partition(": ")
+        head, _, tail = line.removeprefix("SIMULATED paired ").partition(": ")
         value, _, against = tail.partition(" vs ")
         axes.set_title(f"{head}\n{value}\nvs {against}", fontsize=7)
         axes.set_xlabel("pair (replay)")

@@ -1,6 +1,6 @@
 """Time the pieces of `prefill_floor.py` on a GPU with PyTorch, and print the prefill floor.
 
-    python -m ray_dspine.bench.prefill_floor_gpu --out prefill-floor.json
+    python -m dspine_lab.bench.prefill_floor_gpu --out prefill-floor.json
 
 Needs only PyTorch (any CUDA build; no model weights: every weight is random, which does not change
 a dense product's time) and the model's config.json (default: the shipped Qwen3.8-27B shape). It
@@ -25,7 +25,8 @@ import sys
 import time
 from pathlib import Path
 
-from ray_dspine.bench.prefill_floor import (
+import ray_dspine.capacity
+from dspine_lab.bench.prefill_floor import (
     HybridShape,
     forward_products_ms,
     full_layer_gemms,
@@ -36,7 +37,8 @@ from ray_dspine.bench.prefill_floor import (
     verify_extra,
 )
 
-DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "capacity" / "profiles" / "qwen3.8-27b.json"
+# The model shape the core ships with its capacity profiles (package data of ray_dspine.capacity).
+DEFAULT_CONFIG = Path(ray_dspine.capacity.__file__).resolve().parent / "profiles" / "qwen3.8-27b.json"
 DEFAULT_LENGTHS = "8192,16384,32768,65536,98304,131072"
 H200_PREFILL_PER_TOKEN_MS = 0.1  # h200-qwen3.8-27b.yaml prefill.per_token_ms
 H200_DECODE_BASE_MS = 26.47  # h200-qwen3.8-27b.yaml decode.base_ms
@@ -223,7 +225,7 @@ def report(summary: dict) -> str:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m ray_dspine.bench.prefill_floor_gpu", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m dspine_lab.bench.prefill_floor_gpu", description=__doc__.split("\n")[0])
     p.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="the model's config.json (shape only)")
     p.add_argument("--chunk", type=int, default=8192, help="prefill chunk in tokens (SGLang --chunked-prefill-size)")
     p.add_argument("--lengths", default=DEFAULT_LENGTHS, help="prompt lengths in tokens, comma-separated")

@@ -5,7 +5,8 @@ proxy and our OpenAI ingress, against N simulated replicas of one DSpine pool, o
 run: Ray's default PowerOfTwoChoices (policy pow2), SGLang Model Gateway's cache_aware rule with its
 documented defaults, and ours (headroom). Every router sees the same requests at the same offered
 load, in the same order, on a freshly deployed app (empty replicas and prefix caches); only
-`router.policy` differs. Per router: TTFT p50/p99 and end-to-end p99 as the client measured them,
+`router.policy` differs: every replica setting, paced prefill included (off by default,
+`--prefill-pacing-tokens` turns it on for all), is the same for every router. Per router: TTFT p50/p99 and end-to-end p99 as the client measured them,
 output tokens/s, the replicas' prefix-hit rate, requests that waited for memory, retractions, and
 peak KV / state utilization per replica (engine counters read from each replica actor). Every figure
 comes from the simulated engine: timings are the calibrated twin's, in wall seconds at
@@ -15,7 +16,8 @@ so that a slow spell of the host hits every router alike, and pools the requests
 each router's figures (routing_results.py); repeat i of ours pairs with repeat i of each baseline, and
 the paired goals (paired.py) give each goal's 95% interval over those pairs and whether the replays
 clear it, miss it or cannot tell. `--virtual` skips Ray and the wall clock altogether
-(routing_virtual.py), and `--slices` adds further session samples of the trace to pair over; with
+(routing_virtual.py), `--slices` adds further session samples of the trace to pair over, and `--split`
+names a data split instead (bench, or held-out: fresh slices no setting was chosen on; routing_workload.py); with
 `--sweep-tolerance` it replays ours once per TTFT-guard tolerance (routing_frontier.py) and `--plot`
 draws the trade; with `--sweep-load` it replays every router at several multiples of the offered load
 (routing_load_sweep.py) and `--plot` draws p99 TTFT and hits against load; otherwise `--plot` draws
@@ -25,6 +27,9 @@ request by request. Every replay also gets its order-preserving bound (routing_o
 of one first-come-first-served queue over the pool with an ideal cache, on that replay's arrivals; and
 what its prefix hits lost to that ideal cache, split into first turns, turns that stayed on their
 conversation's replica and turns moved off it (routing_hit_loss.py).
+Goals get a verdict (met, missed, undecided) only from their paired 95% intervals; the unpaired goals
+are point estimates. Every line the bench prints starts with SIMULATED (`simulated_lines`); --json
+prints the JSON document alone, which says `"simulated": true`.
 Bad flags and an empty or missing slice are reported as `error: argument --flag: ...`, exit status 2,
 before Ray starts.
 """
@@ -45,13 +50,13 @@ from pydantic import ValidationError
 from ray_dspine.cli_errors import CliError, cli_errors, flag_error
 from ray_dspine.engines.simulated.profile import available_profiles
 
-from .client import ClientSettings, StreamingClient
-from .records import RequestRecord
-from .replay import ReplayConfig, ReplaySink, replay
-from .paired import PairedGoal, format_paired, paired_goals
-from .routing_hit_loss import format_hit_losses, mean_hit_loss
-from .routing_ray_tail import format_ray_slowest, slowest_by_router
-from .routing_results import (
+from ray_dspine.bench.client import ClientSettings, StreamingClient
+from ray_dspine.bench.records import RequestRecord
+from ray_dspine.bench.replay import ReplayConfig, ReplaySink, replay
+from dspine_lab.bench.paired import PairedGoal, all_met, format_paired, paired_goals
+from dspine_lab.bench.routing_hit_loss import format_hit_losses, mean_hit_loss
+from dspine_lab.bench.routing_ray_tail import format_ray_slowest, slowest_by_router
+from dspine_lab.bench.routing_results import (
     OURS,
     Goal,
     RouterFigures,
@@ -62,11 +67,12 @@ from .routing_results import (
     reduction_ceilings,
     router_figures,
 )
-from .routing_serving_cpu import ServingCpu, format_total, spent
-from .routing_workload import (
+from dspine_lab.bench.routing_serving_cpu import ServingCpu, format_total, spent
+from dspine_lab.bench.routing_workload import (
     BENCH_MODEL,
     BENCH_POOL,
     ROUTER_LABELS,
+    SPLITS,
     TRACE_PRESETS,
     RoutingBenchSettings,
     bench_app_config,
@@ -76,27 +82,36 @@ from .routing_workload import (
     ideal_cache_by_request,
     ideal_hit_tokens,
     load_slice,
+    pool_size,
+    split_settings,
     ttft_floors_by_request,
 )
-from .traces.loader import TraceNotFoundError
-from .traces.model import TraceRequest
+from ray_dspine.bench.traces.loader import TraceNotFoundError
+from ray_dspine.bench.traces.model import TraceRequest
 
-RATIONALE = (
-    "Load where placement matters: the Mooncake conversation trace's first 1,200 s, a 10% sample of its "
-    "sessions (whole conversations), arrivals compressed 10x (arrival_scale 0.1) -> ~3.5 requests per "
-    "simulated second on 4 simulated H200 replicas (DSpine, ReplaySSM: 473,010 KV tokens and 72 running "
-    "requests each), which is about their prefill capacity (mean prompt ~12k tokens at 0.1 ms per uncached "
-    "token): replicas run near full, so queueing behind long prefills and prefix-cache hits decide TTFT. "
-    "Outputs are capped at 128 tokens, and replicas merge their chunks over 50 ms as Ray Serve LLM does, so "
-    "that Ray's per-chunk streaming cost (through replica, ingress and proxy) stays within 2 CPU cores; "
-    "prompts, and so prefill, prefix sharing and KV use, are the trace's own. engine_time_scale 0.5: the "
-    "twin runs at twice a GPU's speed in wall time. p99 TTFT cannot go below `slice.ttft_floor_p99_sim_s` "
-    "(no queueing, ideal cache), nor the prefix-hit rate above `slice.prefix_hit_ceiling` (the same ideal "
-    "cache)."
-)
+def rationale() -> str:
+    """Why the bench slice is what it is; the replicas' pool sizes read from the capacity planner."""
+    kv_tokens, running = pool_size()
+    return (
+        "Load where placement matters: the Mooncake conversation trace's first 1,200 s, a 10% sample of its "
+        "sessions (whole conversations), arrivals compressed 10x (arrival_scale 0.1) -> ~3.5 requests per "
+        f"simulated second on 4 SIMULATED H200 replicas (DSpine, ReplaySSM: {kv_tokens:,} KV tokens and {running} "
+        "running requests each, as `ray-dspine plan clusters/sim.yaml` gives them), which is about their prefill "
+        "capacity (mean prompt ~12k tokens at 0.1 ms per uncached "
+        "token): replicas run near full, so queueing behind long prefills and prefix-cache hits decide TTFT. "
+        "Every router runs on identical replicas (paced prefill off by default, as SGLang replicas run today). "
+        "Outputs are capped at 128 tokens, and replicas merge their chunks over 50 ms as Ray Serve LLM does, so "
+        "that Ray's per-chunk streaming cost (through replica, ingress and proxy) stays within 2 CPU cores; "
+        "prompts, and so prefill, prefix sharing and KV use, are the trace's own. engine_time_scale 0.5: the "
+        "twin runs at twice a GPU's speed in wall time. p99 TTFT cannot go below `slice.ttft_floor_p99_sim_s` "
+        "(no queueing, ideal cache), nor the prefix-hit rate above `slice.prefix_hit_ceiling` (the same ideal "
+        "cache). Every figure is SIMULATED."
+    )
+
+
 HELP = (
-    "compare routers (Ray pow2, cache_aware, ours) through real Ray Serve on simulated replicas; starts its "
-    "own local Ray cluster with RAY_AUTH_MODE=disabled"
+    "SIMULATED: compare routers (Ray pow2, cache_aware, ours) through real Ray Serve, or in virtual time, on "
+    "identical simulated replicas; starts its own local Ray cluster with RAY_AUTH_MODE=disabled"
 )
 FLAG_OF_FIELD = {
     "trace": "--trace", "traces_dir": "--traces-dir", "num_replicas": "--replicas", "routers": "--routers",
@@ -108,7 +123,7 @@ FLAG_OF_FIELD = {
     "hicache_store_tokens": "--hicache-store-tokens", "hicache_write_policy": "--hicache-write-policy",
     "min_uncached_tokens": "--prefill-pacing-tokens", "piece_tokens": "--prefill-pacing-piece-tokens",
     "prefill_pacing": "--prefill-pacing-piece-tokens", "yield_fraction": "--prefill-pacing-yield",
-    "prefill_pacing_routers": "--prefill-pacing-routers", "stream_batch_interval_ms": "--stream-batch-ms",
+    "stream_batch_interval_ms": "--stream-batch-ms",
     "radix_eviction_policy": "--radix-eviction-policy", "profile": "--engine-profile",
 }  # fmt: skip
 CHECK_COUNTERS = ("num_submitted", "num_admitted", "num_finished", "num_prefix_hit_tokens", "num_prefill_tokens",
@@ -119,7 +134,7 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "routing",
         help=HELP,
-        description=HELP + ". " + RATIONALE,
+        description=HELP + ". " + rationale(),
     )
     parser.add_argument("--trace", default="mooncake", help="mooncake (default), tau-bench, or a trace file")
     parser.add_argument("--traces-dir", default=None, help="folder of named traces")
@@ -142,8 +157,15 @@ def register(subparsers) -> None:
         help="replay in virtual time without Ray (seconds, deterministic; the same cores and routers)",
     )  # fmt: skip
     parser.add_argument(
-        "--engine-seeds", default="0,1,2", help="--virtual: comma list of engine seeds, one replay each (default 0,1,2)"
+        "--engine-seeds", default=None, help="--virtual: comma list of engine seeds, one replay each (default 0,1,2)"
     )
+    parser.add_argument(
+        "--split", default=None, choices=sorted(SPLITS),
+        help="--virtual: replay a named data split: bench (window 0-1200 s, session seed 0, engine seeds 0-11: the "
+        "slice the settings were chosen on) or held-out (fresh Mooncake slices no setting was chosen on: windows "
+        "1200-2400 s and 2300-3500 s, session seeds 20-25, engine seeds 20-22); replaces --seed, --window-start-s, "
+        "--window-s, --slices and --engine-seeds",
+    )  # fmt: skip
     parser.add_argument(
         "--slices", default=None, metavar="LIST",
         help="--virtual: comma list of session-sampling seeds, one slice each (default: --seed); every slice is "
@@ -180,7 +202,7 @@ def register(subparsers) -> None:
     parser.add_argument(
         "--hicache-host-tokens", type=int, default=None, metavar="TOKENS",
         help="each replica's HiCache host-memory tier, KV tokens, as SGLang's --enable-hierarchical-cache "
-        "(its default --hicache-ratio 2 gives 946020 on these replicas; default 0: none); a prompt's blocks "
+        f"(its default --hicache-ratio 2 gives {2 * pool_size()[0]} on these replicas; default 0: none); a prompt's blocks "
         "found there are loaded, not prefilled",
     )  # fmt: skip
     parser.add_argument(
@@ -196,23 +218,19 @@ def register(subparsers) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--prefill-pacing-tokens", type=int, default=None, metavar="TOKENS",
-        help="the replicas of --prefill-pacing-routers send a prompt with at least this many uncached tokens as a "
-        "chain of its own prefixes, so that requests arriving meanwhile start between the pieces "
-        "(engines/prefill_pacing.py; default 80000; 0: off)",
+        help="turn paced prefill on for the replicas of every router alike: a replica sends a prompt with at "
+        "least this many uncached tokens as a chain of its own prefixes, so that requests arriving meanwhile start "
+        "between the pieces (engines/prefill_pacing.py; 80000 is about 8 s of prefill on an H200; default and 0: "
+        "off, as SGLang replicas run today)",
     )  # fmt: skip
     parser.add_argument(
         "--prefill-pacing-piece-tokens", type=int, default=None, metavar="TOKENS",
-        help="prompt tokens per piece of a paced prompt (default 16384)",
+        help="with --prefill-pacing-tokens: prompt tokens per piece of a paced prompt (default 16384)",
     )  # fmt: skip
     parser.add_argument(
         "--prefill-pacing-yield", type=float, default=None, metavar="SHARE",
-        help="delay a paced prompt accepts from requests let ahead of it, as a share of its own prefill "
-        "(default 0.5)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--prefill-pacing-routers", default=None, metavar="LIST",
-        help="routers whose replicas pace long prompts (default headroom: ours' replicas, which report what "
-        "they pace to its router)",
+        help="with --prefill-pacing-tokens: delay a paced prompt accepts from requests let ahead of it, as a share "
+        "of its own prefill (default 0.5)",
     )  # fmt: skip
     parser.add_argument(
         "--sweep-tolerance", default=None, metavar="LIST",
@@ -279,18 +297,15 @@ def settings_from_args(args) -> RoutingBenchSettings:
         "piece_tokens": args.prefill_pacing_piece_tokens,
         "yield_fraction": args.prefill_pacing_yield,
     }
-    if args.prefill_pacing_tokens == 0:
-        if any(v is not None for k, v in pacing.items() if k != "min_uncached_tokens") or args.prefill_pacing_routers:
+    if not args.prefill_pacing_tokens:
+        if any(v is not None for k, v in pacing.items() if k != "min_uncached_tokens"):
             raise CliError(
-                "argument --prefill-pacing-tokens: 0 turns paced prefill off; leave out the other --prefill-pacing "
-                "options, or give a threshold"
+                "argument --prefill-pacing-tokens: paced prefill is off; give its threshold to turn it on for "
+                "every router's replicas, or leave out the other --prefill-pacing options"
             )
         values["prefill_pacing"] = None
-    elif any(v is not None for v in pacing.values()):
-        default = RoutingBenchSettings.model_fields["prefill_pacing"].get_default(call_default_factory=True)
-        values["prefill_pacing"] = {**default.model_dump(), **{k: v for k, v in pacing.items() if v is not None}}
-    if args.prefill_pacing_routers:
-        values["prefill_pacing_routers"] = [n.strip() for n in args.prefill_pacing_routers.split(",") if n.strip()]
+    else:
+        values["prefill_pacing"] = {k: v for k, v in pacing.items() if v is not None}
     if args.routers:
         values["routers"] = [name.strip() for name in args.routers.split(",") if name.strip()]
     try:
@@ -299,8 +314,13 @@ def settings_from_args(args) -> RoutingBenchSettings:
         raise flag_error(exc, FLAG_OF_FIELD) from exc
 
 
+def simulated_lines(text: str) -> str:
+    """Every line marked SIMULATED (every figure of this bench is the simulated engine's)."""
+    return "\n".join(line if line.startswith("SIMULATED") else f"SIMULATED {line}" for line in text.splitlines())
+
+
 def progress(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+    print(simulated_lines(message), file=sys.stderr, flush=True)
 
 
 async def _replay(endpoint: str, requests, settings: RoutingBenchSettings) -> ReplaySink:
@@ -346,7 +366,7 @@ def replay_router(
 ) -> tuple[list[RequestRecord], list[dict], ServingCpu]:
     """Deploy the app with this router and replay the slice once: (records tagged with the replay, counters,
     the serving path's CPU seconds)."""
-    from . import routing_cluster as cluster
+    from dspine_lab.bench import routing_cluster as cluster
 
     cluster.deploy(bench_app_config(settings, policy), endpoint)
     try:
@@ -376,7 +396,7 @@ def load_bench_slice(settings: RoutingBenchSettings) -> list[TraceRequest]:
 def run_bench(settings: RoutingBenchSettings, tail: int = 0) -> tuple[dict, dict[str, RouterFigures], list[Goal]]:
     """Replay the slice once per router; returns (the JSON document, figures by router, goal checks);
     `tail` > 0 also lists each replay's that many slowest requests under `slowest`."""
-    from . import routing_cluster as cluster
+    from dspine_lab.bench import routing_cluster as cluster
 
     started = time.monotonic()
     requests = load_bench_slice(settings)
@@ -432,14 +452,14 @@ def run_bench(settings: RoutingBenchSettings, tail: int = 0) -> tuple[dict, dict
         "simulated": True,
         "command_line": list(sys.argv),
         "note": "every latency and throughput comes from the simulated engine (a calibrated twin, no GPU)",
-        "settings": {**settings.model_dump(mode="json"), "rationale": RATIONALE},
+        "settings": {**settings.model_dump(mode="json"), "rationale": rationale()},
         "slice": slice_info,
         "routers": {name: f.model_dump(mode="json") for name, f in figures.items()},
         "goals": [g.model_dump(mode="json") for g in checks],
         "paired_goals": [g.model_dump(mode="json") for g in paired],
         "ttft_p99_reduction_ceiling": reduction_ceilings(figures, slice_info["ttft_floor_p99_sim_s"]),
         "ttft_p99_reduction_order_bound_by_replay": order_bound_reductions(figures, settings.engine_time_scale),
-        "all_goals_met": all(g.met for g in checks) if checks else None,
+        "all_goals_met": all_met(paired),
     }
     if tail > 0:
         document["slowest"] = slowest_by_router(
@@ -456,6 +476,20 @@ def routing_main(args) -> int:
         raise CliError("argument --sweep-tolerance: sweeps run in virtual time; add --virtual")
     if args.backlog is not None and not args.virtual:
         raise CliError("argument --backlog: the backlog's source is chosen in virtual time; add --virtual")
+    if args.split is not None:
+        if not args.virtual:
+            raise CliError("argument --split: a split's slices are replayed in virtual time; add --virtual")
+        if args.trace != "mooncake":
+            raise CliError("argument --split: the splits are slices of the Mooncake trace; drop --trace")
+        given = [flag for flag, value in (("--slices", args.slices), ("--engine-seeds", args.engine_seeds),
+                 ("--seed", args.seed), ("--window-start-s", args.window_start_s),
+                 ("--window-s", args.window_s)) if value is not None]  # fmt: skip
+        if given:
+            raise CliError(f"argument --split: the split names its slices and engine seeds; drop {given[0]}")
+        if args.sweep_tolerance is not None:
+            raise CliError("argument --split: settings are not chosen on a named split's replays; drop --sweep-tolerance")
+    if args.engine_seeds is not None and not args.virtual:
+        raise CliError("argument --engine-seeds: engine seeds are replayed in virtual time; add --virtual")
     if args.slices is not None and not args.virtual:
         raise CliError("argument --slices: several slices are replayed in virtual time; add --virtual")
     if args.hicache_store_tokens and not args.virtual:
@@ -494,31 +528,28 @@ def routing_main(args) -> int:
         with open(args.out, "w", encoding="utf-8") as f:
             f.write(text + "\n")
     if args.plot:
-        from .paired_plot import plot_paired
+        from dspine_lab.bench.paired_plot import plot_paired
 
         plot_paired(result, Path(args.plot))
         progress(f"wrote {args.plot}")
     if args.json:
         print(text)
-    else:
-        print(format_table(figures, checks))
-        for line in format_paired([PairedGoal.model_validate(g) for g in result["paired_goals"]]):
-            print(line)
-        floor = result["slice"]["ttft_floor_p99_sim_s"]
-        for name, ceiling in result["ttft_p99_reduction_ceiling"].items():
-            if ceiling is not None:
-                print(f"ceiling vs {name}: at most {ceiling:.3f} (p99 at the slice's floor, {floor:.2f} simulated s)")
-        hit_ceiling = format_hit_ceiling([result["slice"]])
-        if hit_ceiling is not None:
-            print(hit_ceiling)
-        for line in format_order_bound(figures, result["ttft_p99_reduction_order_bound_by_replay"]):
-            print(line)
-        losses = {name: mean_hit_loss(f.prefix_hit_loss_by_replay) for name, f in figures.items()}
-        for line in format_hit_losses(losses, settings.repeats):
-            print(line)
-        for line in format_ray_slowest(result.get("slowest", {})):
-            print(line)
-        print(f"total wall time {result['wall_s']:.0f} s")
+        return 0
+    lines = [format_table(figures, checks)]
+    lines.extend(format_paired([PairedGoal.model_validate(g) for g in result["paired_goals"]]))
+    floor = result["slice"]["ttft_floor_p99_sim_s"]
+    for name, ceiling in result["ttft_p99_reduction_ceiling"].items():
+        if ceiling is not None:
+            lines.append(f"ceiling vs {name}: at most {ceiling:.3f} (p99 at the slice's floor, {floor:.2f} simulated s)")
+    hit_ceiling = format_hit_ceiling([result["slice"]])
+    if hit_ceiling is not None:
+        lines.append(hit_ceiling)
+    lines.extend(format_order_bound(figures, result["ttft_p99_reduction_order_bound_by_replay"]))
+    losses = {name: mean_hit_loss(f.prefix_hit_loss_by_replay) for name, f in figures.items()}
+    lines.extend(format_hit_losses(losses, settings.repeats))
+    lines.extend(format_ray_slowest(result.get("slowest", {})))
+    lines.append(f"total wall time {result['wall_s']:.0f} s")
+    print(simulated_lines("\n".join(lines)))
     return 0
 
 
@@ -535,22 +566,25 @@ def parse_seeds(text: str, flag: str = "--engine-seeds") -> list[int]:
 
 
 def virtual_main(args, settings: RoutingBenchSettings) -> int:
-    from .routing_frontier import format_sweep_table, parse_tolerances, run_tolerance_sweep
-    from .routing_load_sweep import format_load_table, parse_loads, run_load_sweep
-    from .routing_virtual_report import format_virtual_table, run_virtual_bench
+    from dspine_lab.bench.routing_frontier import format_sweep_table, parse_tolerances, run_tolerance_sweep
+    from dspine_lab.bench.routing_load_sweep import format_load_table, parse_loads, run_load_sweep
+    from dspine_lab.bench.routing_virtual_report import format_virtual_table, run_virtual_bench
 
-    seeds = parse_seeds(args.engine_seeds)
-    slice_seeds = parse_seeds(args.slices, "--slices") if args.slices is not None else [settings.seed]
+    split = SPLITS[args.split] if args.split is not None else None
+    if split is not None:
+        seeds = list(split.engine_seeds)
+        slice_settings = split_settings(settings, split)
+    else:
+        seeds = parse_seeds(args.engine_seeds if args.engine_seeds is not None else "0,1,2")
+        slice_seeds = parse_seeds(args.slices, "--slices") if args.slices is not None else [settings.seed]
+        slice_settings = [settings.model_copy(update={"seed": seed}) for seed in slice_seeds]
     tolerances = parse_tolerances(args.sweep_tolerance) if args.sweep_tolerance is not None else None
     loads = parse_loads(args.sweep_load) if args.sweep_load is not None else None
     if loads is not None:
-        result = run_load_sweep(settings, slice_seeds, seeds, loads, load_bench_slice, progress)
+        result = run_load_sweep(slice_settings, seeds, loads, load_bench_slice, progress)
         table = format_load_table
     elif tolerances is None:
-        slices = []
-        for seed in slice_seeds:
-            these = settings.model_copy(update={"seed": seed})
-            slices.append((these, load_bench_slice(these)))
+        slices = [(these, load_bench_slice(these)) for these in slice_settings]
         result = run_virtual_bench(slices, seeds, progress, tail=args.tail or 0)
         table = format_virtual_table
     else:
@@ -558,24 +592,26 @@ def virtual_main(args, settings: RoutingBenchSettings) -> int:
         result = run_tolerance_sweep(requests, settings, seeds, tolerances, progress)
         table = format_sweep_table
     result["command_line"] = list(sys.argv)
+    if split is not None:
+        result["split"] = split.model_dump(mode="json")
     text = json.dumps(result, indent=2)
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:
             f.write(text + "\n")
     if args.plot and loads is not None:
-        from .routing_load_plot import plot_load_sweep
+        from dspine_lab.bench.routing_load_plot import plot_load_sweep
 
         plot_load_sweep(result, Path(args.plot))
         progress(f"wrote {args.plot}")
     elif args.plot and tolerances is not None:
-        from .routing_frontier_plot import plot_tolerance_sweep
+        from dspine_lab.bench.routing_frontier_plot import plot_tolerance_sweep
 
         plot_tolerance_sweep(result, Path(args.plot))
         progress(f"wrote {args.plot}")
     elif args.plot:
-        from .paired_plot import plot_paired
+        from dspine_lab.bench.paired_plot import plot_paired
 
         plot_paired(result, Path(args.plot))
         progress(f"wrote {args.plot}")
-    print(text if args.json else table(result))
+    print(text if args.json else simulated_lines(table(result)))
     return 0

@@ -17,7 +17,7 @@ import time
 
 import httpx
 
-from ..config import AppConfig
+from ray_dspine.config import AppConfig
 
 APP_NAME = "routing-bench"
 REPLICA_PREFIX = "SERVE_REPLICA::"
@@ -63,7 +63,7 @@ def deploy(config: AppConfig, endpoint: str, *, timeout_s: float = 180.0) -> Non
     """Run the app and wait until its /health answers and every replica has reported its load."""
     from ray import serve
 
-    from ..serve.app import build_app
+    from ray_dspine.serve.app import build_app
 
     # The ingress takes its concurrency from config.server.max_ongoing_requests.
     serve.run(build_app(config), name=APP_NAME, route_prefix="/", blocking=False)

@@ -12,8 +12,10 @@ Rules (simulated seconds throughout; the replays are routing_virtual.py's):
               (tolerance, engine seed), with `ttft_tolerance_s` set to the tolerance and every other
               field as `virtual_router_config` sets it (the cached-prefix extension of the guard
               included: `none` turns the whole guard off).
-  point       per tolerance: ours' figures averaged over the engine seeds (`mean_over_seeds`), and the
-              goals of routing_results.goals_from judged on those means against the baselines' means.
+  point       per tolerance: ours' figures averaged over the engine seeds (`mean_over_seeds`), the goals
+              of routing_results.goals_from on those means against the baselines' means (point estimates,
+              no verdict), and the paired goals of paired.py, ours' replay with engine seed i against each
+              baseline's replay with engine seed i (the verdicts: met, missed or undecided).
   frontier    a point is on the frontier unless another point is at least as good on both p99 TTFT
               (lower) and prefix-hit rate (higher) and strictly better on one; points without both
               figures are never on it.
@@ -27,12 +29,13 @@ from collections.abc import Callable, Sequence
 
 from ray_dspine.cli_errors import CliError
 
-from .flag_lists import bounded_float, parse_flag_list
-from .routing_results import OURS, goals_from, reduction
-from .routing_virtual import replay_virtual, virtual_router_config
-from .routing_virtual_report import mean_over_seeds, replay_each
-from .routing_workload import RoutingBenchSettings, describe_slice, ideal_cache_by_request, ttft_floors_by_request
-from .traces.model import TraceRequest
+from dspine_lab.bench.flag_lists import bounded_float, parse_flag_list
+from dspine_lab.bench.paired import all_met, paired_goals
+from dspine_lab.bench.routing_results import OURS, goals_from, reduction
+from dspine_lab.bench.routing_virtual import replay_virtual, virtual_router_config
+from dspine_lab.bench.routing_virtual_report import mean_over_seeds, replay_each
+from dspine_lab.bench.routing_workload import RoutingBenchSettings, describe_slice, ideal_cache_by_request, ttft_floors_by_request
+from ray_dspine.bench.traces.model import TraceRequest
 
 NO_GUARD = "none"
 FLAG = "--sweep-tolerance"
@@ -99,6 +102,11 @@ def run_tolerance_sweep(
         p99s = {name: m["ttft_p99_sim_s"] for name, m in base_means.items()} | {OURS: means["ttft_p99_sim_s"]}
         hits = {name: m["prefix_hit_rate"] for name, m in base_means.items()} | {OURS: means["prefix_hit_rate"]}
         checks = goals_from(p99s, hits, int(means["num_retractions"] or 0))
+        paired = paired_goals(
+            {name: [f.ttft_p99_sim_s for f in r] for name, r in base_runs.items()} | {OURS: [f.ttft_p99_sim_s for f in runs]},
+            {name: [f.prefix_hit_rate for f in r] for name, r in base_runs.items()} | {OURS: [f.prefix_hit_rate for f in runs]},
+            OURS,
+        )
         points.append({
             "ttft_tolerance_s": tolerance,
             "label": tolerance_label(tolerance),
@@ -108,7 +116,8 @@ def run_tolerance_sweep(
                 name: reduction(means["ttft_p99_sim_s"], m["ttft_p99_sim_s"]) for name, m in base_means.items()
             },
             "goals": [g.model_dump(mode="json") for g in checks],
-            "all_goals_met": all(g.met for g in checks),
+            "paired_goals": [g.model_dump(mode="json") for g in paired],
+            "all_goals_met": all_met(paired),
             "runs": [r.model_dump(mode="json") for r in runs],
         })  # fmt: skip
         progress(f"[tolerance {tolerance_label(tolerance)}] {OURS}: TTFT p99 {means['ttft_p99_sim_s']:.2f} simulated s, "
@@ -140,7 +149,7 @@ def format_sweep_table(result: dict) -> str:
     ca = result["baselines"].get("cache_aware", {})
     header = f"{'tolerance':<10} {'TTFT p99':>9} {'E2E p99':>8} {'hit':>6}"
     header += "".join(f" {'p99 cut vs ' + name:>22}" for name in base_names)
-    header += f" {'hit vs cache_aware':>19}  frontier  goals"
+    header += f" {'hit vs cache_aware':>19}  frontier  paired goals"
     lines = [header]
     for p in result["points"]:
         mark = "*" if p["is_default"] else ""
@@ -151,11 +160,10 @@ def format_sweep_table(result: dict) -> str:
         if ca.get("prefix_hit_rate") is not None and p["prefix_hit_rate"] is not None:
             hit_diff = (p["prefix_hit_rate"] - ca["prefix_hit_rate"]) * 100
         row += f" {_fmt(hit_diff, '{:+.2f} pt'):>19}  {'yes' if p['on_frontier'] else 'no':>8}  "
-        missed = [g["name"] for g in p["goals"] if not g["met"]]
-        if missed:
-            row += "missed: " + ", ".join(missed)
-        else:
-            row += "all met" if base_names else "retractions: none (no baseline to compare with)"
+        verdicts = {}
+        for g in p.get("paired_goals", []):
+            verdicts.setdefault(g["verdict"], []).append(g["name"])
+        row += "; ".join(f"{v}: {', '.join(names)}" for v, names in sorted(verdicts.items())) or "no baseline to pair with"
         lines.append(row)
     for name, m in result["baselines"].items():
         lines.append(f"{name}: TTFT p99 {_fmt(m['ttft_p99_sim_s'], '{:.2f}')}, E2E p99 {_fmt(m['e2e_p99_sim_s'], '{:.2f}')}, "

@@ -6,8 +6,8 @@
 - the axes span ours' points, cache_aware's and the goal region's corner, with 10% margins; a
   baseline outside them is named with its figures in the legend instead of stretching the axes.
 - the goal region, when cache_aware was replayed: hit rate >= cache_aware's and p99 TTFT <= the
-  lower of 0.85 x cache_aware's and (with pow2) 0.70 x pow2's, shaded; a point inside meets the
-  p99 and hit goals (retractions are listed in the table, not drawn).
+  lower of 0.85 x cache_aware's and (with pow2) 0.70 x pow2's, shaded; a point inside has mean figures
+  that reach the p99 and hit targets, which is no verdict (the table's paired goals give those).
 Points without both figures are left out. Matplotlib's Agg canvas, as plots.py.
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from .routing_results import OURS, P99_CUT_TARGETS
+from dspine_lab.bench.routing_results import OURS, P99_CUT_TARGETS
 
 # The goal rule's p99 reductions (routing_results.P99_CUT_TARGETS) as the most p99 each baseline allows.
 P99_FACTOR = {name: 1.0 - target for name, target in P99_CUT_TARGETS.items()}
@@ -65,13 +65,13 @@ def draw_tolerance_sweep(result: dict) -> Figure:
             axes.plot([], [], " ", label=f"{name} (off the axes): hit {x:.3f}, p99 {y:.2f} s")
     if goal is not None:
         axes.fill_between([goal[0], x_hi], y_lo, goal[1], color="tab:green", alpha=0.12, zorder=1,
-                          label="meets the p99 and hit goals")  # fmt: skip
+                          label="p99 and hit targets (point estimates; verdicts: paired)")  # fmt: skip
     axes.set_xlim(x_lo, x_hi)
     axes.set_ylim(y_lo, y_hi)
     axes.set_xlabel("prefix-cache hit rate (cached / prompt tokens)")
     axes.set_ylabel("TTFT p99 (simulated s)")
     settings = result["settings"]
-    axes.set_title(f"TTFT guard sweep: {settings['trace']} slice, seed {settings['seed']}, "
+    axes.set_title(f"SIMULATED TTFT guard sweep: {settings['trace']} slice, seed {settings['seed']}, "
                    f"{settings['num_replicas']} replicas, engine seeds {result['engine_seeds']}", fontsize=9)  # fmt: skip
     axes.grid(True, alpha=0.3)
     axes.legend(fontsize=8, loc="best")

@@ -18,7 +18,7 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from .routing_results import OURS
+from dspine_lab.bench.routing_results import OURS
 
 COLORS = {"pow2": "tab:gray", "cache_aware": "tab:orange", "headroom": "tab:blue", "least_load": "tab:green"}
 CUT_GOAL = "ttft_p99_reduction_vs_cache_aware"

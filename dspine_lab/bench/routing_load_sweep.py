@@ -10,7 +10,7 @@ Rules (simulated seconds throughout; the replays are `bench routing --virtual`'s
           load, each at most once; load m replays with arrival_scale = settings.arrival_scale / m,
           the same sessions, turns and prompts with every arrival time divided by m, so the offered
           rate (requests per simulated second) is m times the rate at load 1.
-  point   per load: routing_virtual_report.run_virtual_bench over every slice (--slices, else
+  point   per load: routing_virtual_report.run_virtual_bench over every slice (--split, --slices, else
           --seed) and engine seed: each router's means, the goals, the paired goals and the p99
           ceiling, as `--virtual` reports them at that arrival_scale; plus m, the arrival_scale and
           the offered rate and the p99 floor (means over the slices; the floor has no queueing, so it
@@ -27,12 +27,12 @@ from pydantic import ValidationError
 
 from ray_dspine.cli_errors import CliError
 
-from .flag_lists import bounded_float, parse_flag_list
-from .paired import PairedGoal, format_paired
-from .routing_virtual import mean_or_none
-from .routing_virtual_report import run_virtual_bench
-from .routing_workload import RoutingBenchSettings
-from .traces.model import TraceRequest
+from dspine_lab.bench.flag_lists import bounded_float, parse_flag_list
+from dspine_lab.bench.paired import PairedGoal, format_paired
+from dspine_lab.bench.routing_virtual import mean_or_none
+from dspine_lab.bench.routing_virtual_report import run_virtual_bench
+from dspine_lab.bench.routing_workload import RoutingBenchSettings
+from ray_dspine.bench.traces.model import TraceRequest
 
 FLAG = "--sweep-load"
 POINT_FIELDS = ("routers", "goals", "paired_goals", "ttft_p99_reduction_ceiling", "all_goals_met", "slices", "runs")
@@ -57,21 +57,22 @@ def settings_at_load(settings: RoutingBenchSettings, load: float) -> RoutingBenc
 
 
 def run_load_sweep(
-    settings: RoutingBenchSettings,
-    slice_seeds: list[int],
+    slice_settings: list[RoutingBenchSettings],
     engine_seeds: list[int],
     loads: list[float],
     load_requests: Callable[[RoutingBenchSettings], list[TraceRequest]],
     progress: Callable[[str], None],
 ) -> dict:
-    """Replay every router at every load (rules above); returns the sweep's JSON document."""
+    """Replay every router at every load (rules above), over the slices of `slice_settings` (one settings per
+    slice, differing only in the slice's window start and seed); returns the sweep's JSON document."""
     started = time.monotonic()
+    settings = slice_settings[0]
     points = []
     for load in loads:
         at_load = settings_at_load(settings, load)
         slices = []
-        for seed in slice_seeds:
-            these = at_load.model_copy(update={"seed": seed})
+        for these in slice_settings:
+            these = settings_at_load(these, load)
             slices.append((these, load_requests(these)))
         result = run_virtual_bench(slices, engine_seeds, lambda line, m=load: progress(f"[load {m:g}x] {line}"))
         rate = mean_or_none([info["offered_rate_per_sim_s"] for info in result["slices"]])
@@ -94,7 +95,7 @@ def run_load_sweep(
         "once per load, slice and engine seed; load m divides every arrival time by m",
         "settings": settings.model_dump(mode="json"),
         "engine_seeds": engine_seeds,
-        "slice_seeds": slice_seeds,
+        "slice_seeds": [these.seed for these in slice_settings],
         "points": points,
         "wall_s": time.monotonic() - started,
     }

@@ -22,8 +22,8 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .records import RequestRecord
-from .stats import describe
+from ray_dspine.bench.records import RequestRecord
+from ray_dspine.bench.stats import describe
 
 
 class RankRequest(BaseModel):

@@ -25,8 +25,8 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
-from .records import RequestRecord
-from .routing_tail import ListedReplay, ServedRequest, SlowRequest, format_tail, slowest_requests
+from ray_dspine.bench.records import RequestRecord
+from dspine_lab.bench.routing_tail import ListedReplay, ServedRequest, SlowRequest, format_tail, slowest_requests
 
 
 def served_from_records(

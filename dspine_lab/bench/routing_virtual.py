@@ -25,7 +25,7 @@ Rules (simulated seconds throughout):
              other policies: policy.choose on the reports (the router's on_placed / on_completed
              as the Ray adapter calls them). A request the policy makes wait is offered again every
              RETRY_S until placed.
-  pacing     with settings.prefill_pacing, the replicas of the routers in settings.prefill_pacing_routers
+  pacing     with settings.prefill_pacing (off by default), the replicas of every router alike
              pace long uncached prompts as a replica would (engines/prefill_pacing.py): one PrefillPacer per
              core; a paced request's pieces are sent to its core one after another (each a prefix of its
              prompt, max_tokens 1, sent when the last one finished), then the request itself. The router
@@ -65,22 +65,23 @@ from dataclasses import dataclass
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..engines.prefill_backlog import PrefillBacklog
-from ..engines.prefill_pacing import PIECE_MARK, PacedPrefill, PrefillPacer
-from ..engines.protocol import LoadSnapshot
-from ..engines.simulated.core import SimReplicaCore
-from ..engines.simulated.kv_tiers import KvTier
-from ..engines.simulated.profile import load_profile
-from ..engines.simulated.request import SimRequest
-from ..pools import apply_plan, plan_pool
-from ..routing.config import RouterConfig
-from ..routing.policies import RoutingPolicy, build_policy
-from ..routing.types import ReplicaView, RequestView
-from .client import ClientSettings
-from .routing_hit_loss import HitLoss, PlacedRequest, hit_loss
-from .routing_order_bound import order_bound_p99
-from .routing_tail import ServedRequest, SlowRequest, slowest_requests
-from .routing_workload import (
+from ray_dspine.engines.prefill_backlog import PrefillBacklog
+from dspine_lab.engines.prefill_pacing import PacedPrefill, PrefillPacer
+from ray_dspine.engines.prefill_pacing_config import PIECE_MARK
+from ray_dspine.engines.protocol import LoadSnapshot
+from ray_dspine.engines.simulated.core import SimReplicaCore
+from ray_dspine.engines.simulated.kv_tiers import KvTier
+from ray_dspine.engines.simulated.profile import load_profile
+from ray_dspine.engines.simulated.request import SimRequest
+from ray_dspine.pools import apply_plan, plan_pool
+from ray_dspine.routing.config import RouterConfig
+from ray_dspine.routing.policies import RoutingPolicy, build_policy
+from ray_dspine.routing.types import ReplicaView, RequestView
+from ray_dspine.bench.client import ClientSettings
+from dspine_lab.bench.routing_hit_loss import HitLoss, PlacedRequest, hit_loss
+from dspine_lab.bench.routing_order_bound import order_bound_p99
+from dspine_lab.bench.routing_tail import ServedRequest, SlowRequest, slowest_requests
+from dspine_lab.bench.routing_workload import (
     BENCH_MODEL,
     RoutingBenchSettings,
     bench_app_config,
@@ -88,7 +89,7 @@ from .routing_workload import (
     bench_prefill_seconds,
     ingress_view,
 )
-from .traces.model import TraceRequest
+from ray_dspine.bench.traces.model import TraceRequest
 
 # Simulated seconds between offers of a request the router made wait (Ray backs off 25 ms to 0.5 s).
 RETRY_S = 0.05
@@ -189,7 +190,7 @@ class _Replay:
         self.backlog_source = settings.backlog_source
         assumed_rate = RouterConfig().default_prefill_tokens_per_s
         self.backlogs = [PrefillBacklog(lambda: self.now, default_tokens_per_s=assumed_rate) for _ in range(self.n)]
-        pacing = bench_pacing(settings, policy)
+        pacing = bench_pacing(settings)
         self.pacers = [PrefillPacer(pacing) for _ in range(self.n)] if pacing is not None else None
         self.paced: dict[int, PacedPrefill] = {}  # turn index -> its pacing (rule `pacing`)
         self.unpermitted: set[int] = set()  # requests the router gave no pacing permit (Decision.pace)

@@ -3,8 +3,8 @@
 Rules: each router replays each slice (one per session-sampling seed, `--slices`) once per engine seed
 (routing_virtual.py), slices outermost, so run i of every router shares its slice and engine seed; a
 router's figure is the mean over its runs (`mean_over_seeds`; retractions: their total), each run's
-figures are kept under `runs`; the goals of routing_results.py are judged on the means, the paired
-goals of paired.py on run i of ours against run i of each baseline, and the ceiling against each
+figures are kept under `runs`; the goals of routing_results.py are point estimates on the means (no
+verdict), the paired goals of paired.py (the only verdicts) on run i of ours against run i of each baseline, and the ceiling against each
 baseline is 1 - floor_p99 / its mean p99, floor_p99 the mean of the slices' floors; run by run, the
 ceiling of run i is 1 - floor_p99(slice of run i) / the baseline's p99 in run i, and the table counts the
 runs whose ceiling reaches the goal's target (a router at the floor could meet it there). The order bound
@@ -21,12 +21,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from .paired import PairedGoal, format_paired, paired_goals
-from .routing_hit_loss import HitLoss, format_hit_losses, mean_hit_loss
-from .routing_results import OURS, P99_CUT_TARGETS, goals_from, reduction
-from .routing_tail import ListedReplay, SlowRequest, format_tail
-from .routing_virtual import VirtualFigures, mean_or_none, replay_virtual
-from .routing_workload import (
+from dspine_lab.bench.paired import PairedGoal, all_met, format_paired, paired_goals
+from dspine_lab.bench.routing_hit_loss import HitLoss, format_hit_losses, mean_hit_loss
+from dspine_lab.bench.routing_results import OURS, P99_CUT_TARGETS, Goal, format_point_goals, goals_from, reduction
+from dspine_lab.bench.routing_tail import ListedReplay, SlowRequest, format_tail
+from dspine_lab.bench.routing_virtual import VirtualFigures, mean_or_none, replay_virtual
+from dspine_lab.bench.routing_workload import (
     RoutingBenchSettings,
     describe_slice,
     format_hit_ceiling,
@@ -34,7 +34,7 @@ from .routing_workload import (
     ideal_hit_tokens,
     ttft_floors_by_request,
 )
-from .traces.model import TraceRequest
+from ray_dspine.bench.traces.model import TraceRequest
 
 MEAN_FIELDS = (
     "ttft_p50_sim_s",
@@ -144,7 +144,7 @@ def run_virtual_bench(
         },
         "ttft_p99_reduction_order_bound_by_run": order_bound_cuts(runs),
         "prefix_hit_loss": {p: _dumped(mean_hit_loss([f.prefix_hit_loss for f in r])) for p, r in runs.items()},
-        "all_goals_met": all(g.met for g in checks) if checks else None,
+        "all_goals_met": all_met(paired),
         "wall_s": time.monotonic() - started,
     }
 
@@ -183,9 +183,7 @@ def format_virtual_table(result: dict) -> str:
     lines.append(
         f"(simulated seconds, virtual time, mean over slices {slices} x engine seeds {result['engine_seeds']})"
     )
-    for goal in result["goals"]:
-        state = "met" if goal["met"] else "NOT met"
-        lines.append(f"goal {goal['name']}: {_fmt(goal['value'], '{:.3f}')} (target {goal['target']}) {state}")
+    lines.extend(format_point_goals([Goal.model_validate(g) for g in result["goals"]]))
     lines.extend(format_paired([PairedGoal.model_validate(g) for g in result.get("paired_goals", [])]))
     for name, ceiling in result["ttft_p99_reduction_ceiling"].items():
         if ceiling is not None:

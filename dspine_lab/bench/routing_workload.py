@@ -26,11 +26,20 @@ App rule: one pool `bench` of `num_replicas` simulated replicas sized by the cap
 max_ongoing_requests = the plan's running-request limit, chunks merged over `stream_batch_interval_ms`
 (serve/stream_batching.py), and `RouterConfig(policy=p)` for the router
 p under test, its GPU-second defaults (ttft_tolerance_s, ttft_tolerance_cached_max_s,
-memory_wait_tolerance_s, latency_slack_s, ttft_indifference_s) times engine_time_scale; and, for the
-routers in `prefill_pacing_routers` (ours by default), replicas that pace long prompts
-(`prefill_pacing`, engines/prefill_pacing.py, timed by the profile's prefill rate and attention cost;
-the baselines' replicas run as SGLang does, under SGLang Model Gateway or Ray's router). Nothing else
-differs between routers.
+memory_wait_tolerance_s, latency_slack_s, ttft_indifference_s) times engine_time_scale. Identical
+replicas: every replica-side setting (engine, schedule, cache, HiCache, paced prefill) is one setting
+applied to the replicas of every router alike; only `router.policy` differs between routers. Paced
+prefill (`prefill_pacing`, engines/prefill_pacing.py, timed by the profile's prefill rate and attention
+cost) is off by default, as SGLang replicas run today; turned on, every router's replicas pace.
+
+Data splits (`split`; slice = (window_start_s, session-sampling seed), each replayed once per engine seed):
+    bench      the slice every Ray receipt uses: window 0-1200 s, session seed 0; engine seeds 0-11.
+               The TTFT-guard tolerance and the pacing settings were chosen on it (and on slices 0-17).
+    held-out   fresh data no setting was chosen on: windows 1200-2400 s (session seeds 20, 21, 22) and
+               2300-3500 s (session seeds 23, 24, 25) of the Mooncake trace, engine seeds 20, 21, 22.
+               Before this split the receipts had used window start 0 only, session seeds 0-17 and
+               engine seeds 0-11 (USED_SLICES, USED_ENGINE_SEEDS); the held-out slices share none of them.
+               It is for reporting only: no setting may be chosen on it from now on.
 Complexity: O(n log n) for n trace requests; the floor and the hit ceiling O(total prompt characters).
 """
 
@@ -45,21 +54,21 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from ..capacity.config import CapacityConfig, DraftConfig
-from ..config import AppConfig, DeploymentOptions, PoolConfig, ServerConfig
-from ..engines.simulated.config import SimulatedEngineConfig
-from ..engines.simulated.kv_tiers import WritePolicy
-from ..engines.simulated.prefix_cache import EvictionPolicy
-from ..engines.simulated.profile import load_profile
-from ..engines.protocol import SchedulePolicy
-from ..engines.simulated.step_model import prefill_alone_ms
-from ..pools import plan_pool
-from ..engines.prefill_pacing import PrefillPacingConfig
-from ..routing.config import PolicyName, RouterConfig, TrafficConfig, TrafficRule
-from ..routing.fingerprint import conversation_text, prefix_hashes
-from .client import ClientSettings, build_body
-from .traces.loader import load_trace
-from .traces.model import Trace, TraceRequest
+from ray_dspine.capacity.config import CapacityConfig, DraftConfig
+from ray_dspine.config import AppConfig, DeploymentOptions, PoolConfig, ServerConfig
+from ray_dspine.engines.simulated.config import SimulatedEngineConfig
+from ray_dspine.engines.simulated.kv_tiers import WritePolicy
+from ray_dspine.engines.simulated.prefix_cache import EvictionPolicy
+from ray_dspine.engines.simulated.profile import load_profile
+from ray_dspine.engines.protocol import SchedulePolicy
+from ray_dspine.engines.simulated.step_model import prefill_alone_ms
+from ray_dspine.pools import plan_pool
+from ray_dspine.engines.prefill_pacing_config import PrefillPacingConfig
+from ray_dspine.routing.config import PolicyName, RouterConfig, TrafficConfig, TrafficRule
+from ray_dspine.routing.fingerprint import conversation_text, prefix_hashes
+from ray_dspine.bench.client import ClientSettings, build_body
+from ray_dspine.bench.traces.loader import load_trace
+from ray_dspine.bench.traces.model import Trace, TraceRequest
 
 BENCH_POOL = "bench"
 BENCH_MODEL = "qwen3.8-27b"
@@ -133,7 +142,7 @@ class RoutingBenchSettings(BaseModel):
     profile: str = Field(
         default="h200-qwen3.8-27b-attention",
         description="Simulated timing profile: the H200's, with long prompts' attention as measured on an H200 "
-        "(docs/calibration/); h200-qwen3.8-27b prices every prompt token alike.",
+        "(docs/results/prefill-floor-h200.md); h200-qwen3.8-27b prices every prompt token alike.",
     )
     workload: str = Field(default="swe-bench-pro-xhigh", description="Acceptance figures to draw from.")
     drafter: Literal["dspine", "dflash2", "none"] = "dspine"
@@ -164,12 +173,9 @@ class RoutingBenchSettings(BaseModel):
         default="write_back", description="The replicas' --hicache-write-policy, for the host tier and the store."
     )
     prefill_pacing: PrefillPacingConfig | None = Field(
-        default_factory=lambda: PrefillPacingConfig(min_uncached_tokens=80_000),
-        description="Paced prefill of long uncached prompts on the replicas of `prefill_pacing_routers` "
-        "(engines/prefill_pacing.py): from 80,000 uncached tokens, about 8 s of prefill on an H200; None: off.",
-    )
-    prefill_pacing_routers: list[PolicyName] = Field(
-        default_factory=lambda: ["headroom"], description="Routers whose replicas pace long prompts."
+        default=None,
+        description="Paced prefill of long uncached prompts on the replicas of every router alike "
+        "(engines/prefill_pacing.py); None (default): off, as SGLang replicas run today.",
     )
     seed: int = Field(default=0, ge=0, description="Session sampling, arrival spreading and engine draws.")
     repeats: int = Field(
@@ -207,6 +213,69 @@ TRACE_PRESETS: dict[str, dict] = {
         "max_tokens_cap": None,
     },
 }
+
+
+class SliceKey(BaseModel):
+    """One slice of the trace: where its window starts and which session-sampling seed thins it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    window_start_s: float = Field(ge=0.0, description="Start of the slice's window, trace seconds.")
+    seed: int = Field(ge=0, description="Session-sampling seed.")
+
+
+SplitName = Literal["bench", "held-out"]
+
+
+class DataSplit(BaseModel):
+    """A named set of slices and engine seeds (Data splits rule)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: SplitName
+    slices: tuple[SliceKey, ...] = Field(min_length=1)
+    engine_seeds: tuple[int, ...] = Field(min_length=1)
+    note: str
+
+
+SPLITS: dict[str, DataSplit] = {
+    "bench": DataSplit(
+        name="bench",
+        slices=(SliceKey(window_start_s=0.0, seed=0),),
+        engine_seeds=tuple(range(12)),
+        note="the slice every Ray receipt uses; the TTFT-guard tolerance and pacing settings were chosen on it",
+    ),
+    "held-out": DataSplit(
+        name="held-out",
+        slices=tuple(SliceKey(window_start_s=1200.0, seed=s) for s in (20, 21, 22))
+        + tuple(SliceKey(window_start_s=2300.0, seed=s) for s in (23, 24, 25)),
+        engine_seeds=(20, 21, 22),
+        note="fresh Mooncake slices (windows 1200-2400 s and 2300-3500 s, session seeds 20-25, engine seeds "
+        "20-22) that no setting was chosen on; for reporting only, no setting may be chosen on them",
+    ),
+}
+# The slices and engine seeds of the receipts written before the splits (docs/receipts/routing/): window
+# start 0 s, session seeds 0-17 (0-11 for the twelve-slice runs, 12-17 the earlier held-out set), engine
+# seeds 0-11; the tolerance and the pacing permit were chosen on these.
+USED_SLICES: frozenset[SliceKey] = frozenset(SliceKey(window_start_s=0.0, seed=s) for s in range(18))
+USED_ENGINE_SEEDS: frozenset[int] = frozenset(range(12))
+
+
+def split_settings(settings: RoutingBenchSettings, split: DataSplit) -> list[RoutingBenchSettings]:
+    """One settings per slice of the split: `settings` with that slice's window start and seed."""
+    return [
+        settings.model_copy(update={"window_start_s": key.window_start_s, "seed": key.seed}) for key in split.slices
+    ]
+
+
+def pool_size(settings: RoutingBenchSettings | None = None) -> tuple[int, int]:
+    """(KV tokens, running-request limit) of one bench replica, as the capacity planner gives them."""
+    settings = settings or RoutingBenchSettings()
+    engine = SimulatedEngineConfig(profile=settings.profile, workload=settings.workload, capacity=settings.capacity)
+    plan = plan_pool(PoolConfig(name=BENCH_POOL, engine=engine))
+    if plan is None:
+        raise ValueError("the capacity planner gave no plan for the bench replica")
+    return plan.free_kv_tokens, plan.max_running_requests
 
 
 def session_kept(session_id: str, seed: int, fraction: float) -> bool:
@@ -396,10 +465,10 @@ def gpu_seconds_in_wall_time(engine_time_scale: float) -> dict[str, float]:
     }
 
 
-def bench_pacing(settings: RoutingBenchSettings, policy: str) -> PrefillPacingConfig | None:
-    """Paced prefill of this router's replicas (App rule): None unless the router is in
-    prefill_pacing_routers; its prefill rate and attention cost are the bench profile's."""
-    if settings.prefill_pacing is None or policy not in settings.prefill_pacing_routers:
+def bench_pacing(settings: RoutingBenchSettings) -> PrefillPacingConfig | None:
+    """Paced prefill of the replicas, the same for every router (App rule): None when off; its prefill
+    rate and attention cost are the bench profile's."""
+    if settings.prefill_pacing is None:
         return None
     prefill = load_profile(settings.profile).prefill
     update = {"attention_ms_per_pair": prefill.per_token_context_ms}
@@ -409,7 +478,7 @@ def bench_pacing(settings: RoutingBenchSettings, policy: str) -> PrefillPacingCo
 
 
 def bench_app_config(settings: RoutingBenchSettings, policy: PolicyName) -> AppConfig:
-    """The app for one router: identical for every policy except `router.policy` and paced prefill (App rule)."""
+    """The app for one router: identical for every policy except `router.policy` (App rule)."""
     engine = SimulatedEngineConfig(
         profile=settings.profile,
         workload=settings.workload,
@@ -422,7 +491,7 @@ def bench_app_config(settings: RoutingBenchSettings, policy: PolicyName) -> AppC
         radix_eviction_policy=settings.radix_eviction_policy,
         hicache_host_tokens=settings.hicache_host_tokens,
         hicache_write_policy=settings.hicache_write_policy,
-        prefill_pacing=bench_pacing(settings, policy),
+        prefill_pacing=bench_pacing(settings),
     )
     router = RouterConfig(
         policy=policy,

@@ -38,8 +38,9 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Protocol
 
-from .prefill_pacing import PacedPrefill, PrefillPacer, PrefillPacingConfig
-from .protocol import Chunk, Engine, EngineError, GenerateRequest, LoadSnapshot
+from dspine_lab.engines.prefill_pacing import PacedPrefill, PrefillPacer
+from ray_dspine.engines.prefill_pacing_config import PrefillPacingConfig
+from ray_dspine.engines.protocol import Chunk, Engine, EngineError, GenerateRequest, LoadSnapshot
 
 
 class PieceEngine(Engine, Protocol):

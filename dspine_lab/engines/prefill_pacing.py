@@ -67,57 +67,11 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from ray_dspine.engines.attention_cost import attended_pairs
+from ray_dspine.engines.prefill_pacing_config import PrefillPacingConfig
 
-from .attention_cost import attended_pairs
 
-
-# A paced prompt's piece is sent as request "<request id>/piece/<prefix tokens>".
-PIECE_MARK = "/piece/"
 Arrival = Literal["held", "paced", "whole"]  # what PrefillPacer.arrive did with a request
-
-
-class PrefillPacingConfig(BaseModel):
-    """When and how a replica paces a long uncached prompt (module docstring)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    min_uncached_tokens: int = Field(
-        ge=1, description="Prompts with at least this many uncached tokens are paced (80,000: ~8 s on an H200)."
-    )
-    piece_tokens: int = Field(
-        default=16_384, ge=1, description="Prompt tokens per piece; a multiple of the prefix block (512)."
-    )
-    yield_fraction: float = Field(
-        default=0.5,
-        ge=0.0,
-        le=10.0,
-        description="Delay a paced prompt accepts from requests let ahead of it, as a share of its own prefill.",
-    )
-    prefill_tokens_per_s: float = Field(
-        default=10_000.0, gt=0.0, description="The replica's prefill rate, tokens/s (for the budget)."
-    )
-    attention_ms_per_pair: float = Field(
-        default=0.0,
-        ge=0.0,
-        description="The replica's attention cost per (new token, earlier prompt token) pair, ms (rule `own_s`; "
-        "7.09e-7 on an H200 for Qwen3.8-27B's shape, docs/calibration/); 0: prefill time linear in tokens.",
-    )
-    prefix_block_tokens: int = Field(default=512, ge=1, description="The prefix cache's block, tokens.")
-    hold_long_prompts: bool = Field(
-        default=True,
-        description="Requests arriving while a prompt is paced that are long, or larger than what is left of "
-        "its budget, wait for it at the replica instead of going ahead of its pieces (rule `hold`).",
-    )
-
-    @model_validator(mode="after")
-    def _pieces_whole_blocks(self) -> "PrefillPacingConfig":
-        if self.piece_tokens % self.prefix_block_tokens:
-            raise ValueError(
-                f"piece_tokens ({self.piece_tokens}) must be a multiple of prefix_block_tokens "
-                f"({self.prefix_block_tokens}): a piece the cache cannot keep whole is prefilled again"
-            )
-        return self
 
 
 def plan_pieces(prompt_tokens: int, cached_tokens: int, piece_tokens: int, block_tokens: int) -> list[int]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ray_dspine.sim.traces import TraceTable
+from dspine_lab.sim.traces import TraceTable
 
 DAY_S = 86_400.0
 

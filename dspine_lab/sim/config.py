@@ -6,7 +6,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ray_dspine.autoscale.baselines import RayDefaultSettings, TtftRuleSettings
+from dspine_lab.autoscale.baselines import RayDefaultSettings, TtftRuleSettings
 from ray_dspine.autoscale.config import CostAutoscalingConfig, SloTargets
 from ray_dspine.engines.simulated.config import SimulatedEngineConfig
 

@@ -19,7 +19,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from ray_dspine.sim.config import RayControls
+from dspine_lab.sim.config import RayControls
 
 COUNTER_KEY = "__decision_counter"
 STAMP_KEY = "__decision_timestamp"

@@ -37,11 +37,11 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from ray_dspine.engines.simulated.profile import SimProfile
-from ray_dspine.sim.arrivals import DayArrivals, bin_index
-from ray_dspine.sim.config import FixedPolicySpec, SchedulePolicySpec, SimConfig
-from ray_dspine.sim.results import DayResult
-from ray_dspine.sim.simulator import DaySimulation
-from ray_dspine.sim.traces import TraceTable
+from dspine_lab.sim.arrivals import DayArrivals, bin_index
+from dspine_lab.sim.config import FixedPolicySpec, SchedulePolicySpec, SimConfig
+from dspine_lab.sim.results import DayResult
+from dspine_lab.sim.simulator import DaySimulation
+from dspine_lab.sim.traces import TraceTable
 
 BISECTIONS = 60
 

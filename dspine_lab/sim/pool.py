@@ -25,8 +25,8 @@ from ray_dspine.autoscale.config import StatsWindowConfig
 from ray_dspine.autoscale.stats import ReplicaWindowStats
 from ray_dspine.engines.simulated.core import SimReplicaCore
 from ray_dspine.engines.simulated.profile import SimProfile
-from ray_dspine.sim.config import PoolSimConfig
-from ray_dspine.sim.context import MetricHistory
+from dspine_lab.sim.config import PoolSimConfig
+from dspine_lab.sim.context import MetricHistory
 
 STARTING, SERVING, DRAINING, STOPPED = "starting", "serving", "draining", "stopped"
 

@@ -3,10 +3,9 @@
 Rules:
   completed   a request that received its last token; failed = refused (could never fit a replica)
               or cut off (its replica's graceful shutdown timed out).
-  within SLO  per request: TTFT <= slo.ttft_p95_s and, with >= 2 output tokens, mean ITL =
-              (finish - first token) / (tokens - 1) <= slo.itl_p95_ms. TTFT counts from the arrival
-              at the handle (queueing included). slo_attainment = within / all requests (failed
-              requests count as misses).
+  within SLO  the rule of ray_dspine/autoscale/slo.py, per request: completed, TTFT (from the
+              arrival at the handle) <= slo.ttft_slo_s and, with >= 2 output tokens, its own mean
+              ITL <= slo.itl_slo_ms. slo_attainment = within / all requests (failed ones are outside).
   percentiles nearest rank ("inverted_cdf") over completed requests (ITL: those with >= 2 tokens).
   cost        cost_usd = replica_hours * gpus_per_replica * gpu_hour_usd;
               cost_per_completed_request_usd = cost_usd / completed;
@@ -22,6 +21,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from ray_dspine.autoscale.config import SloTargets
+from ray_dspine.autoscale.slo import within_slo
 
 
 class LatencySummary(BaseModel):
@@ -47,7 +47,7 @@ class DayResult(BaseModel):
     num_requests: int
     num_completed: int
     num_failed: int
-    slo_attainment: float = Field(description="Share of all requests with TTFT and mean ITL within target.")
+    slo_attainment: float = Field(description="Share of all requests within SLO (ray_dspine/autoscale/slo.py).")
     ttft_s: LatencySummary
     itl_ms: LatencySummary
     replica_hours: float
@@ -67,18 +67,6 @@ def latency_summary(values: np.ndarray, scale: float = 1.0) -> LatencySummary:
         return LatencySummary(p50=0.0, p95=0.0, p99=0.0)
     p = np.percentile(values, [50, 95, 99], method="inverted_cdf") * scale
     return LatencySummary(p50=float(p[0]), p95=float(p[1]), p99=float(p[2]))
-
-
-def within_slo(
-    slo: SloTargets, arrival_s: np.ndarray, first_s: np.ndarray, finish_s: np.ndarray, output_tokens: np.ndarray
-) -> np.ndarray:
-    """Per request: completed, TTFT within target and (>= 2 tokens) mean ITL within target."""
-    done = ~np.isnan(finish_s)
-    ok = done & (np.nan_to_num(first_s - arrival_s, nan=math.inf) <= slo.ttft_p95_s)
-    multi = done & (output_tokens >= 2)
-    itl_ms = 1000.0 * (finish_s[multi] - first_s[multi]) / (output_tokens[multi] - 1)
-    ok[multi] &= itl_ms <= slo.itl_p95_ms
-    return ok
 
 
 def summarize(

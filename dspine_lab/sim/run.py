@@ -9,11 +9,11 @@ Complexity: O(trace rows) to load; see simulator.py for a run.
 from __future__ import annotations
 
 from ray_dspine.engines.simulated.profile import SimProfile, load_profile
-from ray_dspine.sim.arrivals import DayArrivals, sample_day
-from ray_dspine.sim.config import SimConfig
-from ray_dspine.sim.results import DayResult
-from ray_dspine.sim.simulator import DaySimulation
-from ray_dspine.sim.traces import TraceTable, load_trace_table
+from dspine_lab.sim.arrivals import DayArrivals, sample_day
+from dspine_lab.sim.config import SimConfig
+from dspine_lab.sim.results import DayResult
+from dspine_lab.sim.simulator import DaySimulation
+from dspine_lab.sim.traces import TraceTable, load_trace_table
 
 
 def load_day(config: SimConfig, trace: TraceTable | None = None) -> tuple[TraceTable, DayArrivals]:

@@ -27,18 +27,18 @@ from collections import deque
 
 import numpy as np
 
-from ray_dspine.autoscale.baselines import RayDefaultPolicy, TtftRulePolicy
+from dspine_lab.autoscale.baselines import RayDefaultPolicy, TtftRulePolicy
 from ray_dspine.autoscale.ray_policy import CostAutoscalingPolicy
 from ray_dspine.engines.protocol import EngineError
 from ray_dspine.engines.simulated.profile import SimProfile
 from ray_dspine.engines.simulated.request import SimRequest
-from ray_dspine.sim.arrivals import DayArrivals
-from ray_dspine.sim.config import RayControls, SimConfig
-from ray_dspine.sim.context import SimAutoscalingContext
-from ray_dspine.sim.controller import apply_ray_controls
-from ray_dspine.sim.pool import DRAINING, SERVING, STARTING, SimPool, SimReplica
-from ray_dspine.sim.results import DayResult, summarize, within_slo
-from ray_dspine.sim.traces import TraceTable
+from dspine_lab.sim.arrivals import DayArrivals
+from dspine_lab.sim.config import RayControls, SimConfig
+from dspine_lab.sim.context import SimAutoscalingContext
+from dspine_lab.sim.controller import apply_ray_controls
+from dspine_lab.sim.pool import DRAINING, SERVING, STARTING, SimPool, SimReplica
+from dspine_lab.sim.results import DayResult, summarize, within_slo
+from dspine_lab.sim.traces import TraceTable
 
 STEP, READY, DRAIN, RECORD, PUSH, CONTROL, TIMELINE = range(7)
 

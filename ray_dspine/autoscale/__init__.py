@@ -1,8 +1,6 @@
-"""Autoscaling on the cost per completed request: replica statistics, the policy, its Ray adapter,
-and the two baselines it is compared with. Nothing here imports ray."""
+"""Autoscaling on the cost per completed request: replica statistics, the policy and its Ray adapter.
+Nothing here imports ray."""
 
-from ray_dspine.autoscale.baselines import RayDefaultPolicy, RayDefaultSettings, TtftRulePolicy, TtftRuleSettings
-from ray_dspine.autoscale.calibration import capacity_from_profile
 from ray_dspine.autoscale.capacity_model import Workload, max_rate_per_replica, predict_replica
 from ray_dspine.autoscale.config import CostAutoscalingConfig, ReplicaCapacityModel, SloTargets, StatsWindowConfig
 from ray_dspine.autoscale.observation import PoolObservation, ReplicaReport, observation_from_context
@@ -16,17 +14,12 @@ __all__ = [
     "CostAutoscalingPolicy",
     "Decision",
     "PoolObservation",
-    "RayDefaultPolicy",
-    "RayDefaultSettings",
     "ReplicaCapacityModel",
     "ReplicaReport",
     "ReplicaWindowStats",
     "SloTargets",
     "StatsWindowConfig",
-    "TtftRulePolicy",
-    "TtftRuleSettings",
     "Workload",
-    "capacity_from_profile",
     "cost_per_completed_request_usd",
     "decide",
     "max_rate_per_replica",

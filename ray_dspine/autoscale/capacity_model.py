@@ -15,8 +15,8 @@ length, 1.0 with the drafter off; capacity coefficients b, r, k, p, d, v, D as i
             ln(20) / 2 for an exponential-tail M/G/1 wait for the prefills ahead; then the step in
             flight and the own prefill; the tuner calibrates f and itl_tail_factor on the twin).
   memory    c <= max_running_requests and c * (Pu + O) <= total_kv_tokens.
-  capacity  mu = the largest lambda with, for h = headroom: itl_p95 <= (1 - h) * slo.itl_p95_ms,
-            ttft_p95 <= (1 - h) * 1000 * slo.ttft_p95_s, and both memory bounds scaled by (1 - h).
+  capacity  mu = the largest lambda with, for h = headroom: itl_p95 <= (1 - h) * slo.itl_slo_ms,
+            ttft_p95 <= (1 - h) * 1000 * slo.ttft_slo_s, and both memory bounds scaled by (1 - h).
             Every predicted quantity rises with lambda, so mu is found by bisection on
             [0, 1000 / t_pf). A latency bound already broken at lambda -> 0 cannot be fixed by adding
             replicas; it is dropped and reported (unreachable).
@@ -113,9 +113,9 @@ def _violations(cap: ReplicaCapacityModel, slo: SloTargets, headroom: float, p: 
     broken = set()
     if not p.stable:
         return {"stability"}
-    if p.itl_p95_ms > keep * slo.itl_p95_ms:
+    if p.itl_p95_ms > keep * slo.itl_slo_ms:
         broken.add("itl")
-    if p.ttft_p95_ms > keep * 1000.0 * slo.ttft_p95_s:
+    if p.ttft_p95_ms > keep * 1000.0 * slo.ttft_slo_s:
         broken.add("ttft")
     if p.num_running > keep * cap.max_running_requests:
         broken.add("running")

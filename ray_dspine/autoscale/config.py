@@ -8,18 +8,25 @@ bounds (`min_replicas`, `max_replicas`) stay in Ray's own `autoscaling_config`.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 
 class SloTargets(BaseModel):
-    """Latency targets a pool must meet for 95% of its requests."""
+    """Per-request latency bounds; a request keeps them or not (ray_dspine/autoscale/slo.py).
 
-    model_config = ConfigDict(extra="forbid")
+    The older keys ttft_p95_s / itl_p95_ms are still read (the cluster configs use them).
+    """
 
-    ttft_p95_s: float = Field(gt=0.0, le=600.0, description="p95 time to first token, seconds.")
-    itl_p95_ms: float = Field(
-        gt=0.0, le=60_000.0, description="p95 of the per-request mean inter-token latency, milliseconds."
-    )
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    ttft_slo_s: float = Field(
+        gt=0.0, le=600.0, validation_alias=AliasChoices("ttft_slo_s", "ttft_p95_s"),
+        description="Bound on one request's time to first token, seconds.",
+    )  # fmt: skip
+    itl_slo_ms: float = Field(
+        gt=0.0, le=60_000.0, validation_alias=AliasChoices("itl_slo_ms", "itl_p95_ms"),
+        description="Bound on one request's mean inter-token latency, milliseconds.",
+    )  # fmt: skip
 
 
 class ReplicaCapacityModel(BaseModel):

@@ -12,8 +12,9 @@ when it finished in (t - W', t]; arrivals likewise):
   percentiles   nearest rank: p-th of n sorted values is v[ceil(p * n) - 1]; 0.0 when n = 0.
   ITL           per request: itl_ms = 1000 * decode_s / (output_tokens - 1) for output_tokens >= 2
                 (decode_s = finish - first token); requests with one token have no ITL.
-  SLO misses    ttft_slo_miss_ratio = #(ttft_s > slo.ttft_p95_s) / n; itl_slo_miss_ratio likewise over
-                requests with an ITL; slo_miss_ratio = #(either) / n.
+  SLO misses    per request as in ray_dspine/autoscale/slo.py: ttft_slo_miss_ratio = #(ttft_s >
+                slo.ttft_slo_s) / n; itl_slo_miss_ratio likewise (itl_ms > slo.itl_slo_ms) over requests
+                with an ITL; slo_miss_ratio = #(either) / n (1 - attainment over completed requests).
   acceptance    accept_length_window = sum(output tokens) / sum(verify steps) (0.0 without steps);
                 accept_length_ema, drafter_active (0/1) come from the engine's LoadSnapshot.
   load          num_running, num_queued; kv_utilization = 1 - free_kv / total_kv (0 if total = 0),
@@ -139,7 +140,7 @@ class ReplicaWindowStats:
         now = self._now()
         self._samples.append((now, load.num_running > 0))
         window = self._trim(now)
-        ttft_target, itl_target = self._config.slo.ttft_p95_s, self._config.slo.itl_p95_ms
+        ttft_target, itl_target = self._config.slo.ttft_slo_s, self._config.slo.itl_slo_ms
         ttfts: list[float] = []
         itls: list[float] = []
         prompts: list[float] = []

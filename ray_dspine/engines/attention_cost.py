@@ -4,7 +4,7 @@ Rule `pairs`: u new tokens after c tokens of their prompt already in KV (cached,
 earlier pass) attend, token j (0-based in the prompt) the j tokens before it,
     pairs(c, u) = sum_{j=c}^{c+u-1} j = u * c + u * (u - 1) / 2
 so passes over one prompt add up: pairs(c, a) + pairs(c + a, b) = pairs(c, a + b).
-A profile or a pacing config prices a pair in ms (measured on an H200: docs/calibration/).
+A profile or a pacing config prices a pair in ms (measured on an H200: docs/results/prefill-floor-h200.md).
 Parameters: c >= 0, u >= 0 tokens.
 Complexity: O(1).
 """

@@ -1,4 +1,8 @@
-"""Build the engine a pool's config names. Imports are deferred so a pool pays only for its engine."""
+"""Build the engine a pool's config names. Imports are deferred so a pool pays only for its engine.
+
+A simulated engine with `prefill_pacing` set runs behind the engine wrapper registered as
+"prefill_pacing" (engines/wrappers.py).
+"""
 
 from __future__ import annotations
 
@@ -16,9 +20,9 @@ def make_engine(config, pool_name: str = "pool") -> Engine:
         engine = SimulatedEngine(config)
         if config.prefill_pacing is None:
             return engine
-        from .paced_engine import PacedEngine
+        from .wrappers import wrap_engine
 
-        return PacedEngine(engine, config.prefill_pacing)
+        return wrap_engine("prefill_pacing", engine, config.prefill_pacing)
     if config.kind == "sglang":
         from .sglang.engine import SGLangEngine
 

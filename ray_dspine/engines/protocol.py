@@ -149,13 +149,13 @@ class LoadSnapshot(BaseModel):
         ge=0,
         description="Of pending_prefill_tokens, those a newcomer with at most yield_budget_tokens uncached "
         "tokens goes ahead of: a paced prompt's unsent part and the requests held behind it "
-        "(engines/prefill_pacing.py); 0: nothing paced.",
+        "(the \"prefill_pacing\" engine wrapper); 0: nothing paced.",
     )
     pacing_min_uncached_tokens: int = Field(
         default=0,
         ge=0,
-        description="The replica paces prompts with at least this many uncached tokens (engines/prefill_pacing.py); "
-        "0: it does not pace.",
+        description="The replica paces prompts with at least this many uncached tokens "
+        "(the \"prefill_pacing\" engine wrapper); 0: it does not pace.",
     )
     yield_budget_tokens: int = Field(
         default=0,

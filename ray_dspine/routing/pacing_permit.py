@@ -1,13 +1,14 @@
 """Pacing permits: which long prompts a pacing replica may pace, judged on the pool's recent traffic.
 
-A replica that paces a long uncached prompt (engines/prefill_pacing.py) lets shorter requests start
-between its pieces, and the prompt's own TTFT grows by up to its yield budget. That lowers the pool's
-p99 TTFT only while long prompts are rarer than the requests above the p99 (1% of them): then the
-prompts it delays sit above the p99 anyway, and the requests it lets ahead would otherwise have waited
-seconds. Once long prompts are that common, the p99 lands on one of them and every delay a paced
-prompt accepts adds to it. A replica sees a quarter of a four-replica pool's traffic and, in a few
-hundred requests, one or two long prompts, too few to tell the two cases apart; the router sees every
-placement, so it keeps the share and hands each request a permit (`GenerateRequest.pace`).
+A replica that paces a long uncached prompt (the "prefill_pacing" engine wrapper, engines/wrappers.py)
+lets shorter requests start between its pieces, and the prompt's own TTFT grows by up to its yield
+budget. That lowers the pool's p99 TTFT only while long prompts are rarer than the requests above the
+p99 (1% of them): then the prompts it delays sit above the p99 anyway, and the requests it lets ahead
+would otherwise have waited seconds. Once long prompts are that common, the p99 lands on one of them
+and every delay a paced prompt accepts adds to it. A replica sees a quarter of a four-replica pool's
+traffic and, in a few hundred requests, one or two long prompts, too few to tell the two cases apart;
+the router sees every placement, so it keeps the share and hands each request a permit
+(`GenerateRequest.pace`).
 
 Rules (s* = max_long_share, W = window_requests, N0 = prior_requests, s0 = prior_share):
   long(q, r)   = pacing_min_uncached_tokens(r) > 0 and uncached(q, r) >= pacing_min_uncached_tokens(r)

@@ -30,7 +30,7 @@ all see the same free KV. The ledger subtracts what this router placed since the
                       pacing = yielding_prefill_tokens(r) > 0, yielding = yielding_prefill_tokens(r),
                       budget = max(0, yield_budget_tokens(r) - prefill_tokens_per_s(r) * stats_age_s(r))
                       (drained as the backlog is: a piece waiting behind others' prefill spends the budget
-                       at that pace, engines/prefill_pacing.py rule `left`; a turn of 4,804 uncached tokens
+                       at that pace, the prefill_pacing wrapper's rule `left`; a turn of 4,804 uncached tokens
                        sent on a report 0.8 s old that showed 11,550 left arrived to find 4,644 and was held
                        12.9 s for the rest of the paced prompt):
                         paced(p, r) and not pacing:  pacing = True; yielding += p.prefill_tokens;
@@ -41,7 +41,7 @@ all see the same free KV. The ledger subtracts what this router placed since the
                         otherwise:                   budget = max(0, budget - p.prefill_tokens)
                                                      (let in ahead of the paced prompt's pieces: it spends
                                                       the budget first)
-                      as engines/prefill_pacing.py rules `paced` and `hold` have it (replicas that hold, their
+                      as the prefill_pacing wrapper's rules `paced` and `hold` have it (replicas that hold, their
                       default), so that predicted_ttft.py `ahead` sees a prompt this router has just placed to
                       be paced as the replica will treat it. Counting it as plain backlog, as an earlier
                       version did, moved a conversation's next turn away from the replica caching it: through

@@ -44,7 +44,7 @@ def test_rule_unstable_when_prefill_saturates():
 
 def test_rule_capacity_is_the_highest_compliant_rate():
     # itl(2.0) = 35.714286 ms (above): with that as the ITL target and nothing else binding, mu = 2.0.
-    slo = SloTargets(ttft_p95_s=100.0, itl_p95_ms=35.714286)
+    slo = SloTargets(ttft_slo_s=100.0, itl_slo_ms=35.714286)
     assert max_rate_per_replica(CAP, slo, AR, headroom=0.0).rate_per_s == pytest.approx(2.0, rel=1e-5)
     # headroom 0.5 halves the target to 17.86 ms, below itl at zero load (20 ms): unreachable, dropped
     cap = max_rate_per_replica(CAP, slo, AR, headroom=0.5)
@@ -52,7 +52,7 @@ def test_rule_capacity_is_the_highest_compliant_rate():
 
 
 def test_rule_memory_bounds_capacity():
-    slo = SloTargets(ttft_p95_s=100.0, itl_p95_ms=10_000.0)
+    slo = SloTargets(ttft_slo_s=100.0, itl_slo_ms=10_000.0)
     small = CAP.model_copy(update={"max_running_requests": 7})
     # running requests c(2.0) = 7.14 > 7, c(1.9) < 7: mu lies between 1.9 and 2.0
     mu = max_rate_per_replica(small, slo, AR, headroom=0.0).rate_per_s
@@ -62,7 +62,7 @@ def test_rule_memory_bounds_capacity():
 
 def test_rule_drafter_capacity_follows_acceptance():
     cap = CAP.model_copy(update={"draft_ms": 4.0, "verify_per_token_ms": 0.5, "draft_tokens": 4})
-    slo = SloTargets(ttft_p95_s=100.0, itl_p95_ms=30.0)
+    slo = SloTargets(ttft_slo_s=100.0, itl_slo_ms=30.0)
     rates = {a: max_rate_per_replica(cap, slo, Workload(1000, 1000, 1000, 101, a, True), 0.0).rate_per_s for a in (1.0, 2.0, 3.5)}
     off = max_rate_per_replica(cap, slo, AR, 0.0).rate_per_s
     assert rates[1.0] < off < rates[2.0] < rates[3.5]  # at acceptance 1 the drafter only adds cost

@@ -18,7 +18,7 @@ CAP = ReplicaCapacityModel(
     max_running_requests=64, total_kv_tokens=1_000_000, itl_tail_factor=1.0,
 )  # fmt: skip
 CONFIG = CostAutoscalingConfig(
-    slo=SloTargets(ttft_p95_s=100.0, itl_p95_ms=35.714286), capacity=CAP, gpu_hour_usd=3.5,
+    slo=SloTargets(ttft_slo_s=100.0, itl_slo_ms=35.714286), capacity=CAP, gpu_hour_usd=3.5,
     headroom=0.0, scale_down_utilization=0.8, upscale_delay_s=0.0, downscale_delay_s=300.0,
     lookahead_s=0.0, stale_after_s=60.0, guard_min_requests=20, backlog_drain_s=60.0,
 )  # fmt: skip

@@ -10,7 +10,7 @@ config_mod = pytest.importorskip("ray.serve.config")
 common = pytest.importorskip("ray.serve._private.common")
 
 CONFIG = CostAutoscalingConfig(
-    slo=SloTargets(ttft_p95_s=100.0, itl_p95_ms=35.714286),
+    slo=SloTargets(ttft_slo_s=100.0, itl_slo_ms=35.714286),
     capacity=ReplicaCapacityModel(
         base_ms=20.0, per_running_ms=1.0, per_kv_token_ms=0.0, prefill_per_token_ms=0.1,
         max_running_requests=64, total_kv_tokens=1_000_000, itl_tail_factor=1.0,

@@ -17,7 +17,7 @@ class Clock:
 
 def make(window_s: float = 60.0, started_s: float | None = 0.0):
     clock = Clock()
-    config = StatsWindowConfig(window_s=window_s, slo=SloTargets(ttft_p95_s=2.0, itl_p95_ms=50.0))
+    config = StatsWindowConfig(window_s=window_s, slo=SloTargets(ttft_slo_s=2.0, itl_slo_ms=50.0))
     return clock, ReplicaWindowStats(config, clock, started_s=started_s)
 
 

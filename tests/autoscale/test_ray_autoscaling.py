@@ -18,7 +18,7 @@ import pytest
 ray = pytest.importorskip("ray")
 from ray import serve  # noqa: E402
 
-from ray_dspine.autoscale.calibration import capacity_from_profile  # noqa: E402
+from dspine_lab.autoscale.calibration import capacity_from_profile  # noqa: E402
 from ray_dspine.autoscale.config import CostAutoscalingConfig, SloTargets, StatsWindowConfig  # noqa: E402
 from ray_dspine.autoscale.stats import ReplicaWindowStats  # noqa: E402
 from ray_dspine.engines.protocol import GenerateRequest  # noqa: E402
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.serve
 REPO_ROOT = Path(__file__).resolve().parents[2]
 APP = "autoscale-test"
 ENGINE = SimulatedEngineConfig(profile="h200-qwen3.8-27b", drafter="dspine", time_scale=1.0)
-SLO = SloTargets(ttft_p95_s=1.0, itl_p95_ms=1000.0)
+SLO = SloTargets(ttft_slo_s=1.0, itl_slo_ms=1000.0)
 PROMPT_TOKENS, MAX_TOKENS = 4000, 20
 NUM_REQUESTS, RATE_PER_S = 45, 3.0
 

@@ -201,13 +201,14 @@ def test_cached_prompt_tokens_is_the_hit_rule_read_without_admitting():
 def test_rule_kv_accounting_moves_prefilled_blocks_into_the_cache():
     core = make_core()
     core.submit(req("a", 10, 2, ["h0", "h1"]), 0.0)
-    assert core.load().free_kv_tokens == 88  # reserved 10 + 2 = 12
-    core.advance_to(0.021)  # prefill done: 8 tokens move to the cache, pinned; still 88 free
-    assert core.load().free_kv_tokens == 88 and core.prefix_cache.evictable_tokens == 0
+    assert core.load().free_kv_tokens == 90  # admission allocates the 10 prompt tokens; decode tokens come later
+    core.advance_to(0.021)  # prefill done: 8 tokens move to the cache, pinned; the decode step starts with
+    # one more KV token (retraction.py rule `need`: min(1 - 1 + 1, 2) - 0 = 1): 100 - 8 - 2 - 1 = 89 free
+    assert core.load().free_kv_tokens == 89 and core.prefix_cache.evictable_tokens == 0
     drain(core)
     assert core.load().free_kv_tokens == 100  # 92 free + 8 evictable
     core.submit(req("b", 10, 2, ["h0", "h1"]), core.now_s)
-    assert core.load().free_kv_tokens == 88  # private 10 - 8 + 2 = 4, cached 8 pinned
+    assert core.load().free_kv_tokens == 90  # private 10 - 8 = 2, cached 8 pinned
 
 
 def test_rule_admission_waits_rather_than_over_commits():
@@ -227,7 +228,10 @@ def test_rule_admission_waits_rather_than_over_commits():
     counters = core.counters()
     assert counters.num_waited_for_memory == 1 and counters.num_retractions == 0
     assert counters.num_finished == 3
-    assert counters.peak_kv_utilization == pytest.approx(0.8)  # a alone: 80 / 100; b + c: 50 / 100
+    # b waits: at a's first pass after its prefill, a (g = 1) holds 40 and expects (40 - 1) * 0.7 = 27.3 more,
+    # so b's 30 + 10 + 1 = 41 does not fit the 100 - 40 - 27.3 = 32.7 left, and the gap only narrows as a decodes.
+    # a alone peaks at its prompt 40 + 39 decode tokens (the step that makes its 40th token): 79 / 100
+    assert counters.peak_kv_utilization == pytest.approx(0.79)
 
 
 def test_rule_backlog_reports_queued_and_unprefilled_prompt_tokens():
@@ -288,10 +292,13 @@ def test_rule_eviction_frees_only_what_admission_is_missing():
     core.submit(req("a", 8, 2, ["h0", "h1"]), 0.0)
     drain(core)  # cache: h0, h1 (8 tokens), both evictable
     core.submit(req("b", 12, 4, ["g0", "g1", "g2"]), core.now_s)
-    # b needs 12 + 4 = 16; free = 20 - 8 = 12; missing 4 -> one block: h1, the leaf released first
+    # b is admitted (12 + 4 + 1 = 17 < 12 free + 8 evictable) and allocates its 12 prompt tokens: all free
+    assert core.counters().num_evicted_blocks == 0
+    drain(core, lambda c: c.load().free_kv_tokens >= 0 or pytest.fail("over-committed"))
+    # its prefill moves 3 blocks to the cache (20 cached, 0 free); its first decode token misses 1 token ->
+    # one block: h1, the leaf released first; its next two tokens fit in that block's 3 spare tokens
     assert core.counters().num_evicted_blocks == 1
     assert core.prefix_cache.contains("h0") and not core.prefix_cache.contains("h1")
-    drain(core, lambda c: c.load().free_kv_tokens >= 0 or pytest.fail("over-committed"))
     assert core.counters().num_retractions == 0
 
 
@@ -422,9 +429,9 @@ def test_rule_hicache_loaded_blocks_take_device_kv_like_prefilled_ones():
     core.submit(req("b", 12, 4, ["g0", "g1", "g2"]), core.now_s)
     drain(core)  # device: h0 and g0..g2 cached (16 tokens, all evictable), 4 free
     core.submit(req("c", 10, 2, ["h0", "h1"]), core.now_s)
-    # private = 10 - 1 * 4 (h0 pinned) + 2 = 8 tokens: the 4 loaded ones included; 4 free, so one block evicted
-    assert core.counters().num_evicted_blocks == 2  # h1 earlier, one g block now
-    assert core.load().free_kv_tokens == 20 - 4 - 8  # h0 pinned, 8 reserved; the other g blocks evictable
+    # private = 10 - 1 * 4 (h0 pinned) = 6 tokens: the 4 loaded ones included; 4 free, so one block evicted
+    assert core.counters().num_evicted_blocks == 2  # h1 earlier (b's first decode token), one g block now
+    assert core.load().free_kv_tokens == 20 - 4 - 6  # h0 pinned, 6 allocated; the other g blocks evictable
 
 
 def test_rule_hicache_write_through_fills_the_tier_as_blocks_are_first_cached():

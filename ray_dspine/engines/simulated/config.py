@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ...capacity.config import CapacityConfig
-from ..prefill_pacing import PrefillPacingConfig
+from ..prefill_pacing_config import PrefillPacingConfig
 from ..protocol import SchedulePolicy
 from .kv_tiers import WritePolicy
 from .prefix_cache import EvictionPolicy
@@ -91,8 +91,31 @@ class SimulatedEngineConfig(BaseModel):
     )
     prefill_pacing: PrefillPacingConfig | None = Field(
         default=None,
-        description="Paced prefill of long uncached prompts by the replica (engines/prefill_pacing.py); "
+        description="Paced prefill of long uncached prompts by the replica (engines/prefill_pacing_config.py); "
         "None: off.",
+    )
+    new_token_ratio_init: float = Field(
+        default=0.7,
+        gt=0.0,
+        le=1.0,
+        description="SGLang's SGLANG_INIT_NEW_TOKEN_RATIO x --schedule-conservativeness: the share of a running "
+        "request's remaining max_tokens admission expects it still to generate (admission.py rule `ratio`).",
+    )
+    new_token_ratio_min_factor: float = Field(
+        default=0.14, gt=0.0, le=1.0, description="SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR: the ratio's floor / its start."
+    )
+    new_token_ratio_decay_steps: int = Field(
+        default=600, ge=1, description="SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS: decode steps from start to floor."
+    )
+    retract_decode_steps: int = Field(
+        default=20,
+        ge=0,
+        description="SGLANG_RETRACT_DECODE_STEPS: tokens per request the ratio adds after a retraction.",
+    )
+    clip_max_new_tokens: int = Field(
+        default=4096,
+        ge=1,
+        description="SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION: max_tokens admission counts per request, at most (tokens).",
     )
     accept_ema_weight: float = Field(
         default=0.05, gt=0.0, le=1.0, description="Weight of the newest verify step in the acceptance EMA."

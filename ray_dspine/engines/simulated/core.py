@@ -14,10 +14,16 @@ Rules (times in simulated seconds; the caller advances time explicitly, the core
                  round's attended pairs counted per request from the KV it has so far (its hit and
                  its earlier rounds).
              Requests arriving mid-step join at the next step boundary.
-  admission: first come first served (shortest-prefill-first: in that policy's order, by uncached
-             tokens as the cache stands now, then arrival); the head blocks those behind it;
-             refusal, hits, waiting and reservation in admission.py (memory in kv_pool.py, cache in
-             prefix_cache.py); a request that can never run is refused at submit.
+  admission: as SGLang 0.5.23's PrefillAdder, once per step start (a prefill pass): first come first
+             served (shortest-prefill-first: in that policy's order, by uncached tokens as the cache
+             stands now, then arrival); the head blocks those behind it; refusal, hits, the new-token
+             ratio's estimate of the running requests' future tokens, waiting and allocation in
+             admission.py (memory in kv_pool.py, cache in prefix_cache.py); a request that can never
+             run is refused at submit.
+  retraction: before each decode step the batch's KV for the step is allocated; when it does not fit,
+             decoding requests are retracted to the queue's tail and recompute their fill when
+             readmitted (retraction.py, which also moves the new-token ratio); an idle replica resets
+             the ratio.
   hicache:   with a host tier (config.hicache_host_tokens) or a store shared with other cores, the
              prompt blocks found there after the device hit are loaded, not prefilled (kv_tiers.py);
              a prefill round lasts hicache_load_ms_per_token longer per token loaded for the requests
@@ -29,8 +35,8 @@ Rules (times in simulated seconds; the caller advances time explicitly, the core
   backlog:   load() reports pending_prefill_tokens = uncached prompt tokens of queued requests (their
              prefix hit as the cache stands now) + those admitted requests have still to prefill, the
              running round's tokens counted for its unfinished share; prefill_tokens_per_s = 1000 / per_token_ms;
-             queued_kv_tokens = sum over queued requests of (uncached prompt + max_tokens), the KV
-             they will reserve on admission; evictable_kv_tokens = cached blocks no running request
+             queued_kv_tokens = sum over queued requests of (uncached fill + max_tokens - generated),
+             the KV they will need if they run to max_tokens; evictable_kv_tokens = cached blocks no running request
              pins (part of free_kv_tokens); decode_step_ms = the step model's duration of a decode
              step (verify step while the drafter is active) over the running and queued requests plus
              one more, with their current context, stretched by 1 / (1 - s): prefills pause decoding,
@@ -45,7 +51,8 @@ Rules (times in simulated seconds; the caller advances time explicitly, the core
              now_s complete first, so call order cannot break causality. Events of steps completed
              inside submit are returned by the next advance_to.
 Parameters: see SimulatedEngineConfig and SimProfile.
-Complexity: O(n) per step over n running requests; O(blocks) per admission; O(1) next_event_s.
+Complexity: O(n) per step over n running requests (O(n log n) when it retracts); O(blocks) per admission;
+O(1) next_event_s.
 """
 
 from __future__ import annotations
@@ -61,9 +68,11 @@ from ray_dspine.engines.protocol import EngineError, LoadSnapshot
 from ray_dspine.engines.simulated.acceptance import AcceptanceModel
 from ray_dspine.engines.simulated.admission import (
     AdmissionPlan,
+    NewTokenRatio,
     WaitReason,
     commit_admission,
     hit_blocks,
+    pass_budget,
     plan_admission,
     refusal,
 )
@@ -74,6 +83,7 @@ from ray_dspine.engines.simulated.prefill_rounds import PrefillWork, plan_round,
 from ray_dspine.engines.simulated.prefix_cache import PrefixCache
 from ray_dspine.engines.simulated.profile import SimProfile
 from ray_dspine.engines.simulated.request import RunningRequest, SimCounters, SimEvent, SimEventKind, SimRequest
+from ray_dspine.engines.simulated.retraction import decode_need, keep_order, lookahead_tokens
 from ray_dspine.engines.simulated.step_model import decode_step_ms, prefill_step_ms, verify_step_ms
 
 
@@ -131,6 +141,8 @@ class SimReplicaCore:
         self._arrival: dict[str, int] = {}
         self._num_arrivals = 0
         self._waited: set[str] = set()
+        self._retracted: dict[str, RunningRequest] = {}  # queued requests retracted while decoding
+        self._ratio = NewTokenRatio(config)
         self._prefilling: OrderedDict[str, RunningRequest] = OrderedDict()
         self._decoding: dict[str, RunningRequest] = {}
         self._step: _Step | None = None
@@ -203,6 +215,7 @@ class SimReplicaCore:
             return False
         else:
             self._arrival.pop(request_id, None)
+            self._retracted.pop(request_id, None)
         self._waited.discard(request_id)
         self._counters.num_cancelled += 1
         return True
@@ -217,32 +230,63 @@ class SimReplicaCore:
         self._drafter_enabled = enabled
 
     # ---- scheduling ---------------------------------------------------------------------------
+    @property
+    def new_token_ratio(self) -> float:
+        """Admission's current new-token ratio (admission.py rule `ratio`)."""
+        return self._ratio.current
+
     def _admit(self) -> None:
-        while self._queue and len(self._prefilling) + len(self._decoding) < self.config.max_running_requests:
+        """One prefill pass (admission.py rules `offset`, `fit`, `reserve`)."""
+        if not self._queue:
+            return
+        cfg = self.config
+        running = [*self._prefilling.values(), *self._decoding.values()]
+        ratio, clip = self._ratio.current, cfg.clip_max_new_tokens
+        budget = pass_budget(((run.num_generated, run.request.max_tokens) for run in running), ratio, clip)
+        while self._queue and len(self._prefilling) + len(self._decoding) < cfg.max_running_requests:
             rid, req = self._next_to_admit()
-            plan = plan_admission(req, self._cache, self._pools)
+            old = self._retracted.get(rid)
+            generated = 0 if old is None else old.num_generated
+            plan = plan_admission(req, generated, self._cache, self._pools, budget, cfg)
             if not isinstance(plan, AdmissionPlan):
                 self._note_wait(rid, plan)
                 return
             del self._queue[rid]
             self._waited.discard(rid)
-            commit_admission(plan, self._cache, self._pools)
-            acceptance = None if self._acceptance is None else self._acceptance.for_request(self._base_seed or 0, rid)
-            self._prefilling[rid] = RunningRequest(
-                request=req,
-                arrival=self._arrival.pop(rid),
-                cached_tokens=plan.cached_tokens,
-                private_kv_tokens=plan.private_kv_tokens,
-                pinned_hashes=list(plan.hit_hashes),
-                acceptance=acceptance,
-                histogram=[0] * self._histogram_len,
-                loaded_tokens=plan.loaded_tokens,
-            )
+            commit_admission(plan, self._cache, self._pools, budget)
             c = self._counters
-            c.num_admitted += 1
-            c.num_prefix_hit_tokens += plan.cached_tokens
-            c.num_tier_hit_tokens += plan.loaded_tokens
-            c.num_prefill_tokens += req.prompt_tokens - plan.cached_tokens
+            if old is None:
+                acceptance = (
+                    None if self._acceptance is None else self._acceptance.for_request(self._base_seed or 0, rid)
+                )
+                self._prefilling[rid] = RunningRequest(
+                    request=req,
+                    arrival=self._arrival.pop(rid),
+                    cached_tokens=plan.cached_tokens,
+                    private_kv_tokens=plan.private_kv_tokens,
+                    pinned_hashes=list(plan.hit_hashes),
+                    acceptance=acceptance,
+                    histogram=[0] * self._histogram_len,
+                    loaded_tokens=plan.loaded_tokens,
+                )
+                c.num_admitted += 1
+                c.num_prefix_hit_tokens += plan.cached_tokens
+                c.num_tier_hit_tokens += plan.loaded_tokens
+                c.num_prefill_tokens += req.prompt_tokens - plan.cached_tokens
+            else:  # retraction.py rule `readmit`
+                del self._retracted[rid]
+                old.arrival = self._arrival.pop(rid)
+                old.cached_tokens = plan.cached_tokens
+                old.private_kv_tokens = plan.private_kv_tokens
+                old.pinned_hashes = list(plan.hit_hashes)
+                old.loaded_tokens = plan.loaded_tokens
+                old.prefilled_tokens = 0
+                old.refill_tokens = generated
+                old.decode_kv_tokens = generated
+                self._prefilling[rid] = old
+                c.num_recomputed_tokens += req.prompt_tokens + generated - plan.cached_tokens
+            if budget.remaining(self._pools, self._cache) <= 0:  # rule `reserve`: budget_state
+                return
 
     def _next_to_admit(self) -> tuple[str, SimRequest]:
         if self.config.schedule_policy != "shortest-prefill-first":
@@ -270,6 +314,7 @@ class SimReplicaCore:
             ms = prefill_step_ms(self.profile, sum(tokens), pairs) + self._load_ms(rid for rid, _ in plan)
             kind, ids = "prefill", [rid for rid, _ in plan]
         elif self._decoding:
+            self._make_decode_room()
             n = len(self._decoding)
             context = sum(run.context_tokens for run in self._decoding.values())
             if self.drafter_active:
@@ -279,8 +324,66 @@ class SimReplicaCore:
                 kind, ms = "decode", decode_step_ms(self.profile, n, context)
             ids = list(self._decoding)
         else:
+            if not self._queue:
+                self._ratio.reset()  # admission.py rule `ratio`: an idle replica
             return
         self._step = _Step(kind=kind, start_s=t, end_s=t + ms / 1000.0, request_ids=ids, tokens=tokens)
+
+    def _make_decode_room(self) -> None:
+        """retraction.py rules `need`, `check`, `order`, `retract`, `ratio`; then allocate the step's KV."""
+        L = lookahead_tokens(self._drafter.draft_tokens if self.drafter_active and self._drafter else None)
+        need = {
+            rid: decode_need(run.num_generated, run.request.max_tokens, run.decode_kv_tokens, L)
+            for rid, run in self._decoding.items()
+        }
+        cache = self._cache
+
+        def fits(rids: list[str]) -> bool:
+            available = self._pools.free_kv_tokens(cache.cached_tokens) + cache.evictable_tokens
+            return sum(need[rid] for rid in rids) <= available
+
+        keep = list(self._decoding)
+        if fits(keep):
+            self._ratio.decay_step()
+        else:
+            keep = keep_order(
+                [(rid, run.num_generated, run.request.prompt_tokens) for rid, run in self._decoding.items()]
+            )
+            first = True
+            while first or not fits(keep):
+                if len(keep) == 1:
+                    break
+                first = False
+                self._retract(keep.pop())
+            self._ratio.after_retract((run.num_generated, run.request.max_tokens) for run in self._decoding.values())
+        for rid, run in self._decoding.items():
+            n = need[rid]
+            if n == 0:
+                continue
+            missing = n - self._pools.free_kv_tokens(cache.cached_tokens)
+            if missing > 0:
+                cache.evict(missing)
+            self._pools.grow(n)
+            run.private_kv_tokens += n
+            run.decode_kv_tokens += n
+        if self._pools.free_kv_tokens(cache.cached_tokens) < 0:
+            raise RuntimeError("KV pool over-committed at a decode step: the retraction rule is broken")
+        self._pools.record_peaks(cache.cached_tokens, cache.evictable_tokens)
+
+    def _retract(self, rid: str) -> None:
+        """retraction.py rule `retract`: free the request's KV and slots, back to the queue's tail."""
+        run = self._decoding.pop(rid)
+        self._release(run)
+        run.private_kv_tokens = 0
+        run.pinned_hashes = []
+        run.decode_kv_tokens = 0
+        run.num_retractions += 1
+        self._retracted[rid] = run
+        self._queue[rid] = run.request
+        self._arrival[rid] = self._num_arrivals
+        self._num_arrivals += 1
+        self._counters.num_retractions += 1
+        self._counters.num_retracted_output_tokens += run.num_generated
 
     def _attended_pairs(self, rid: str, num_tokens: int) -> int:
         """What a round's num_tokens of this request attend (rule `pairs`, engines/attention_cost.py): its
@@ -351,10 +454,12 @@ class SimReplicaCore:
             self._pools.shrink(B)
             run.private_kv_tokens -= B
             run.pinned_hashes.append(block_hash)
-        run.used_autoregressive = not self.drafter_active
+        readmitted = run.refill_tokens > 0
+        run.used_autoregressive = run.used_autoregressive or not self.drafter_active
+        run.refill_tokens = 0
         run.record_step(1)
         self._decoding[req.request_id] = run
-        self._emit_tokens(run, "first_token", 1, t)
+        self._emit_tokens(run, "tokens" if readmitted else "first_token", 1, t)
 
     def _emit_tokens(self, run: RunningRequest, kind: SimEventKind, k: int, t: float) -> None:
         rid = run.request.request_id
@@ -434,12 +539,16 @@ class SimReplicaCore:
         for req in self._queue.values():
             uncached = self._uncached_now(req)
             prefill += uncached
-            kv += uncached + req.max_tokens
+            old = self._retracted.get(req.request_id)
+            kv += uncached + req.max_tokens - (0 if old is None else old.num_generated)
         return prefill, kv
 
     def _uncached_now(self, req: SimRequest) -> int:
-        """Prompt tokens a queued request would still prefill if it were admitted now (rule `hit`)."""
-        return req.prompt_tokens - self.cached_prompt_tokens(req.prompt_tokens, req.prefix_block_hashes)
+        """Fill tokens a queued request would still prefill if it were admitted now (rule `hit`); a retracted
+        request's fill includes what it had generated."""
+        old = self._retracted.get(req.request_id)
+        fill = req.prompt_tokens + (0 if old is None else old.num_generated)
+        return fill - self.cached_prompt_tokens(req.prompt_tokens, req.prefix_block_hashes)
 
     def _unprefilled_tokens(self) -> int:
         """Tokens admitted requests have still to prefill, the running round's counted for its share run."""

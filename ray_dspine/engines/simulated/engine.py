@@ -33,7 +33,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-from ray_dspine.engines.prefill_pacing import PIECE_MARK
+from ray_dspine.engines.prefill_pacing_config import PIECE_MARK
 from ray_dspine.engines.protocol import Chunk, EngineError, GenerateRequest, LoadSnapshot
 from ray_dspine.engines.simulated.config import SimulatedEngineConfig
 from ray_dspine.engines.simulated.core import SimReplicaCore
@@ -174,7 +174,7 @@ class SimulatedEngine:
             if not finished:
                 core.cancel(rid)
 
-    # What paced prefill needs (engines/paced_engine.py `PieceEngine`).
+    # What paced prefill needs (the "prefill_pacing" engine wrapper's `PieceEngine`, engines/wrappers.py).
 
     def engine_now_s(self) -> float:
         """Simulated GPU seconds since start."""

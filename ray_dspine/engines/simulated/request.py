@@ -56,7 +56,13 @@ class SimCounters(BaseModel):
     num_admitted: int = 0
     num_finished: int = 0
     num_cancelled: int = 0
-    num_retractions: int = Field(default=0, description="Running requests pushed back for memory: 0 by design.")
+    num_retractions: int = Field(default=0, description="Decoding requests retracted for KV (retraction.py).")
+    num_retracted_output_tokens: int = Field(
+        default=0, description="Tokens the retracted requests had generated when retracted (SGLang's metric)."
+    )
+    num_recomputed_tokens: int = Field(
+        default=0, description="Tokens prefilled again when retracted requests were readmitted (wasted work)."
+    )
     num_evicted_blocks: int = 0
     num_waited_for_memory: int = Field(default=0, description="Requests that waited at the head for KV tokens.")
     num_waited_for_state_slots: int = Field(default=0, description="Requests that waited at the head for slots.")
@@ -88,6 +94,9 @@ class RunningRequest:
     histogram: list[int] = field(default_factory=list)
     used_autoregressive: bool = False
     loaded_tokens: int = 0  # of cached_tokens, those loaded from a HiCache tier (paid in the first round)
+    refill_tokens: int = 0  # generated tokens prefilled again after a retraction (retraction.py rule `readmit`)
+    decode_kv_tokens: int = 0  # KV tokens held beyond the prompt (retraction.py rule `need`'s a)
+    num_retractions: int = 0
 
     @property
     def context_tokens(self) -> int:
@@ -95,8 +104,8 @@ class RunningRequest:
 
     @property
     def prefill_left_tokens(self) -> int:
-        """Uncached prompt tokens still to prefill (at least 1 before the first token: hits stop a token short)."""
-        return self.request.prompt_tokens - self.cached_tokens - self.prefilled_tokens
+        """Uncached fill tokens still to prefill (at least 1 before the first token: hits stop a token short)."""
+        return self.request.prompt_tokens + self.refill_tokens - self.cached_tokens - self.prefilled_tokens
 
     @property
     def num_remaining(self) -> int:

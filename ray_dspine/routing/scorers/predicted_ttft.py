@@ -5,7 +5,7 @@
     ahead(q, r)    = pending_prefill_tokens(r) - yielding_prefill_tokens(r)   if uncached(q, r) <= yield_budget_tokens(r)
                    = pending_prefill_tokens(r)                                 otherwise
                    (a replica pacing a long prompt lets a request within what is left of that prompt's
-                   budget go ahead of its unsent part; engines/prefill_pacing.py)
+                   budget go ahead of its unsent part; the "prefill_pacing" engine wrapper)
     est(q, r)      = (ahead(q, r) + uncached(q, r)) / mu(r)      seconds
     score(q, r)    = max(min_r' est(q, r'), s) / max(est(q, r), s)       in (0, 1]; s = indifference_s
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ray_dspine.autoscale.baselines import RayDefaultPolicy, RayDefaultSettings, TtftRulePolicy, TtftRuleSettings
+from dspine_lab.autoscale.baselines import RayDefaultPolicy, RayDefaultSettings, TtftRulePolicy, TtftRuleSettings
 
 
 class Ctx:

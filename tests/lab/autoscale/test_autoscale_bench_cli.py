@@ -6,10 +6,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ray_dspine.autoscale.plot import arrivals_per_quarter_hour
+from dspine_lab.autoscale.plot import arrivals_per_quarter_hour
 from ray_dspine.cli import main
 
-SIM_YAML = str(Path(__file__).resolve().parents[2] / "clusters" / "sim.yaml")
+SIM_YAML = str(Path(__file__).resolve().parents[3] / "clusters" / "sim.yaml")
 
 
 def test_bench_reports_the_hindsight_schedule_against_the_better_baseline(tmp_path, azure_path):
@@ -37,6 +37,25 @@ def test_bench_reports_the_hindsight_schedule_against_the_better_baseline(tmp_pa
     assert "--hindsight" in data["command"]
 
 
+def test_frontier_writes_receipt_and_plot_and_prints_only_simulated_lines(tmp_path, capsys, azure_path):
+    out, plot = tmp_path / "frontier.json", tmp_path / "frontier.png"
+    day = ["--trace", str(azure_path), "--rate-scale", "10", "--duration-s", "300", "--start-s", "54000"]
+    assert main(["bench", "autoscaling", "--frontier", *day, "--out", str(out), "--plot", str(plot)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines and all("SIMULATED" in line for line in lines)
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    data = json.loads(out.read_text())
+    assert (data["tuning_seed"], data["held_out_seed"]) == (0, 1)
+    assert {p: len(rows) for p, rows in data["tuning_day"].items()} == {"ray-default": 8, "ray-llm-ttft": 8, "ours": 8}
+    assert [e["target"] for e in data["frontier"]] == [0.95, 0.97, 0.98, 0.99, 0.995]
+    assert data["traffic"]["start_s"] == 54000.0 and data["traffic"]["seed"] == 1
+    for entry in data["frontier"]:  # a chosen configuration met its target on the tuning day
+        for policy, chosen in entry["policies"].items():
+            if chosen is not None:
+                assert chosen["tuning"]["slo_attainment"] >= entry["target"]
+                assert data["tuning_day"][policy][chosen["index"]]["params"] == chosen["params"]
+
+
 def test_arrivals_per_quarter_hour():
     # 900 s bins from 100 s: 3 arrivals in the first, 1 in the second, the one past the end clipped into it
     rate = arrivals_per_quarter_hour(np.array([100.0, 500.0, 999.0, 1000.0, 5000.0]), 100.0, 1800.0)
@@ -52,9 +71,10 @@ def test_arrivals_per_quarter_hour():
         ("bench", ["--profile", "b300-nothing"], "argument --profile: no simulated profile 'b300-nothing'"),
         ("bench", ["--config", "no-such.yaml"], "argument --config:"),
         ("bench", ["--config", SIM_YAML, "--pool", "nope"], f"no pool 'nope' in {SIM_YAML}; its pools: dspine, dflash2"),
-        ("bench", ["--pool", "nope"], "argument --pool: 'nope' is not a built-in twin (dspine-agent, dflash2, dspine-reasoning)"),
+        ("bench", ["--pool", "nope"], "argument --pool: 'nope' is not a built-in twin (dspine-agent, dflash2, dspine-reasoning, dspine-agent-fleet)"),
         ("tune", ["--pool", "nope"], "argument --pool: 'nope' is not a built-in twin"),
         ("bench", ["--hindsight-bin-s", "0"], "argument --hindsight-bin-s"),
+        ("bench", ["--frontier", "--tuning-seed", "1"], "argument --tuning-seed: must differ from --seed"),
         ("tune", ["--duration-s", "-5"], "argument --duration-s"),
         ("tune", ["--num-candidates", "0"], "argument --num-candidates"),
         ("tune", ["--min-attainment", "99"], "argument --min-attainment"),

@@ -5,11 +5,11 @@ import json
 import yaml
 
 from ray_dspine.autoscale.config import CostAutoscalingConfig, ReplicaCapacityModel, SloTargets
-from ray_dspine.autoscale.tuning import SEARCH_SPACE, Trial, candidates, point_of, rank, validate
+from dspine_lab.autoscale.tuning import SEARCH_SPACE, Trial, candidates, point_of, rank, validate
 from ray_dspine.cli import main
 
 BASE = CostAutoscalingConfig(
-    slo=SloTargets(ttft_p95_s=1.0, itl_p95_ms=50.0),
+    slo=SloTargets(ttft_slo_s=1.0, itl_slo_ms=50.0),
     capacity=ReplicaCapacityModel(
         base_ms=20.0, per_running_ms=1.0, per_kv_token_ms=0.0, prefill_per_token_ms=0.1,
         max_running_requests=64, total_kv_tokens=100_000,

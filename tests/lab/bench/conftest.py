@@ -7,7 +7,7 @@ from typing import Callable
 
 import pytest
 
-from ray_dspine.bench.routing_bench import register
+from dspine_lab.bench.routing_bench import register
 from ray_dspine.bench.traces.loader import NAMED_TRACES, default_traces_dir
 
 

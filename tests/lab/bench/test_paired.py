@@ -2,7 +2,7 @@
 
 import pytest
 
-from ray_dspine.bench.paired import (
+from dspine_lab.bench.paired import (
     format_paired,
     hit_points,
     interval95,
@@ -40,7 +40,7 @@ def test_rule_mean_spread_and_t_interval():
 
 def test_rule_one_pair_has_no_interval():
     assert interval95([0.5]) == (0.5, None, None)
-    assert verdict(None, None, 0.15) == "single replay"
+    assert verdict(None, None, 0.15) == "undecided"  # no interval decides nothing
     with pytest.raises(ValueError, match="no pairs"):
         interval95([])
 
@@ -76,7 +76,7 @@ def test_rule_goals_per_baseline_on_hand_built_pairs():
 def test_rule_goals_of_absent_baselines_are_left_out():
     goals = paired_goals({"headroom": [8.0], "cache_aware": [10.0]}, {"headroom": [0.3], "cache_aware": [0.29]}, "headroom")
     assert [g.name for g in goals] == ["ttft_p99_reduction_vs_cache_aware", "prefix_hit_points_vs_cache_aware"]
-    assert [g.verdict for g in goals] == ["single replay", "single replay"]
+    assert [g.verdict for g in goals] == ["undecided", "undecided"]  # one pair: no interval
     assert paired_goals({"cache_aware": [10.0]}, {"cache_aware": [0.29]}, "headroom") == []
 
 
@@ -84,21 +84,21 @@ def test_format_names_the_interval_and_the_verdict():
     p99 = {"headroom": [8.0, 8.0], "pow2": [16.0, 16.0], "cache_aware": [10.0, 10.0]}
     hit = {"headroom": [0.30, 0.29], "pow2": [0.1, 0.1], "cache_aware": [0.29, 0.29]}
     lines = format_paired(paired_goals(p99, hit, "headroom"))
-    assert lines[0] == "paired ttft_p99_reduction_vs_pow2: 50.0% (95% CI 50.0 to 50.0, 2 pairs) vs target >= 30%: met"
+    assert lines[0] == "SIMULATED paired ttft_p99_reduction_vs_pow2: 50.0% (95% CI 50.0 to 50.0, 2 pairs) vs target >= 30%: met"
     assert lines[1] == (
-        "paired ttft_p99_reduction_vs_cache_aware: 20.0% (95% CI 20.0 to 20.0, 2 pairs) vs target >= 15%: met"
+        "SIMULATED paired ttft_p99_reduction_vs_cache_aware: 20.0% (95% CI 20.0 to 20.0, 2 pairs) vs target >= 15%: met"
     )
     # d = +1, 0 points: mean 0.5, s = 0.707107, se = 0.5, half = 12.706 * 0.5 = 6.353.
     assert lines[2] == (
-        "paired prefix_hit_points_vs_cache_aware: +0.50 pt (95% CI -5.85 to +6.85, 2 pairs) "
+        "SIMULATED paired prefix_hit_points_vs_cache_aware: +0.50 pt (95% CI -5.85 to +6.85, 2 pairs) "
         "vs target >= +0.00 pt: undecided"
     )
     one = format_paired(paired_goals({"headroom": [8.0], "pow2": [16.0]}, {"headroom": [0.3], "pow2": [0.1]}, "headroom"))
-    assert one == ["paired ttft_p99_reduction_vs_pow2: 50.0% (one pair) vs target >= 30%: single replay"]
+    assert one == ["SIMULATED paired ttft_p99_reduction_vs_pow2: 50.0% (one pair, no interval) vs target >= 30%: undecided"]
 
 
 def test_plot_draws_one_panel_per_goal_with_band_and_target(tmp_path):
-    from ray_dspine.bench.paired_plot import draw_paired, plot_paired
+    from dspine_lab.bench.paired_plot import draw_paired, plot_paired
 
     p99 = {"headroom": [8.0, 8.0, 9.0], "cache_aware": [10.0, 9.6, 10.0], "pow2": [16.0, 16.0, 18.0]}
     hit = {"headroom": [0.281, 0.283, 0.279], "cache_aware": [0.280, 0.281, 0.282], "pow2": [0.1, 0.1, 0.1]}

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from ray_dspine.bench.prefill_floor import (
+from dspine_lab.bench.prefill_floor import (
     attention_flops,
     attention_ms,
     fit_linear_quadratic,
@@ -20,7 +20,7 @@ from ray_dspine.bench.prefill_floor import (
     summarize,
     verify_extra,
 )
-from ray_dspine.bench.prefill_floor_gpu import DEFAULT_CONFIG, main
+from dspine_lab.bench.prefill_floor_gpu import DEFAULT_CONFIG, main
 
 TINY = {
     "text_config": {
@@ -146,7 +146,7 @@ def test_cli_names_the_bad_flag(tmp_path, capsys):
 
 def test_cli_profile_figures_are_the_shipped_h200_profiles():
     # the timing tool runs where only PyTorch is installed, so it carries the profile's figures as constants
-    from ray_dspine.bench import prefill_floor_gpu as gpu
+    from dspine_lab.bench import prefill_floor_gpu as gpu
     from ray_dspine.engines.simulated.profile import load_profile
 
     p = load_profile("h200-qwen3.8-27b")

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from ray_dspine.bench.records import RequestRecord
-from ray_dspine.bench.routing_bench import register, settings_from_args, subtract
-from ray_dspine.bench.routing_results import (
+from dspine_lab.bench.routing_bench import register, settings_from_args, subtract
+from dspine_lab.bench.routing_results import (
     format_order_bound,
     format_table,
     goals,
@@ -16,7 +16,7 @@ from ray_dspine.bench.routing_results import (
     reduction_ceilings,
     router_figures,
 )
-from ray_dspine.bench.routing_workload import (
+from dspine_lab.bench.routing_workload import (
     RoutingBenchSettings,
     bench_app_config,
     bench_pacing,
@@ -27,6 +27,7 @@ from ray_dspine.bench.routing_workload import (
     ttft_floor_sim_s,
 )
 from ray_dspine.bench.traces.model import Trace, TraceMessage, TraceRequest
+from ray_dspine.engines.prefill_pacing_config import PrefillPacingConfig
 from ray_dspine.serve.router_options import request_router_config
 
 
@@ -111,15 +112,15 @@ def test_rule_prefix_hit_ceiling_over_the_ideal_cache():
     assert format_hit_ceiling([{"prefix_hit_ceiling": None}]) is None
 
 
-def test_rule_app_differs_only_in_router_policy_and_the_pacing_of_ours_replicas():
+def test_rule_app_differs_only_in_router_policy():
     settings = RoutingBenchSettings(num_replicas=3)
     apps = {policy: bench_app_config(settings, policy) for policy in ("pow2", "cache_aware", "headroom")}
-    assert [app.pools[0].engine.prefill_pacing is not None for app in apps.values()] == [False, False, True]
+    # paced prefill is off for every router by default, as SGLang replicas run today
+    assert [app.pools[0].engine.prefill_pacing for app in apps.values()] == [None, None, None]
     dumps = []
     for app in apps.values():
         dump = app.model_dump()
         dump["pools"][0]["deployment"]["router"]["policy"] = "same"
-        dump["pools"][0]["engine"]["prefill_pacing"] = None
         dumps.append(dump)
     assert dumps[0] == dumps[1] == dumps[2]
     deployment = apps["headroom"].pools[0].deployment
@@ -246,11 +247,12 @@ def test_rule_goals():
     figures = {"pow2": with_(1.0, 0.1), "cache_aware": with_(0.7, 0.25), "headroom": with_(0.6, 0.3)}
     checks = {g.name: g for g in goals(figures)}
     # 1 - 0.6 / 1.0 = 0.4 >= 0.30; 1 - 0.6 / 0.7 = 0.1429 < 0.15; hits 0.3 - 0.25 = 0.05 >= 0; 0 retractions.
-    assert checks["ttft_p99_reduction_vs_pow2"].value == pytest.approx(0.4) and checks["ttft_p99_reduction_vs_pow2"].met
+    # These are point estimates: no verdict (paired.py judges goals on intervals).
+    assert checks["ttft_p99_reduction_vs_pow2"].value == pytest.approx(0.4)
     assert checks["ttft_p99_reduction_vs_cache_aware"].value == pytest.approx(1 / 7)
-    assert not checks["ttft_p99_reduction_vs_cache_aware"].met
     assert checks["prefix_hit_rate_minus_cache_aware"].value == pytest.approx(0.05)
-    assert checks["retractions"].met
+    assert checks["retractions"].value == 0.0
+    assert all("met" not in g.model_dump() for g in checks.values())
     assert reduction(None, 1.0) is None and reduction(1.0, 0.0) is None
     assert goals({"pow2": figures["pow2"]}) == []  # no ours, no goals
 
@@ -394,13 +396,14 @@ def test_rule_outside_replica_per_replay_and_printed():
     assert "headroom     replay 1: TTFT outside the replica" in table and "replay 2:" not in table
 
 
-def test_rule_app_paces_ours_replicas_at_the_profiles_prefill_rate_and_attention_cost():
-    settings = RoutingBenchSettings()
+def test_rule_app_paces_every_routers_replicas_at_the_profiles_prefill_rate_and_attention_cost():
+    assert bench_pacing(RoutingBenchSettings()) is None  # off by default
+    settings = RoutingBenchSettings(prefill_pacing=PrefillPacingConfig(min_uncached_tokens=80_000))
     # h200-qwen3.8-27b-attention: 0.1 ms a token -> 10,000 tokens/s, 7.09e-7 ms a pair
-    pacing = bench_pacing(settings, "headroom")
+    pacing = bench_pacing(settings)
     assert pacing is not None and pacing.min_uncached_tokens == 80_000
     assert (pacing.prefill_tokens_per_s, pacing.attention_ms_per_pair) == (pytest.approx(10_000.0), 7.09e-7)
-    assert bench_pacing(settings, "cache_aware") is None  # the baselines' replicas run as SGLang does
-    linear = bench_pacing(RoutingBenchSettings(profile="h200-qwen3.8-27b"), "headroom")
+    linear = bench_pacing(RoutingBenchSettings(profile="h200-qwen3.8-27b", prefill_pacing=settings.prefill_pacing))
     assert linear is not None and linear.attention_ms_per_pair == 0.0
-    assert bench_app_config(settings, "headroom").pools[0].engine.prefill_pacing == pacing
+    for policy in ("pow2", "cache_aware", "headroom"):  # the same pacing on every router's replicas
+        assert bench_app_config(settings, policy).pools[0].engine.prefill_pacing == pacing

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from ray_dspine.bench.routing_results import Goal, RouterFigures
+from dspine_lab.bench.routing_results import Goal, RouterFigures
 from ray_dspine.bench.traces.loader import NAMED_TRACES, default_traces_dir
 
 pytestmark = pytest.mark.serve
@@ -22,7 +22,7 @@ def test_tiny_routing_bench_reports_every_field_for_every_router():
     if not (default_traces_dir() / NAMED_TRACES["mooncake"]).is_file():
         pytest.skip("the Mooncake trace is not present")
     # First 60 trace seconds, 5 % of the sessions, 3 replicas: a few requests per router, replayed twice.
-    # Ours' replicas pace prompts from 4,096 uncached tokens (most of these), so pacing runs through Ray.
+    # Every router's replicas pace prompts from 4,096 uncached tokens (most of these), so pacing runs through Ray.
     command = [
         sys.executable, "-m", "ray_dspine.cli", "bench", "routing", "--trace", "mooncake", "--replicas", "3",
         "--window-s", "60", "--session-fraction", "0.05", "--repeats", "2", "--tail", "2", "--json",
@@ -51,9 +51,12 @@ def test_tiny_routing_bench_reports_every_field_for_every_router():
             assert all(cpu[k] > 0 for k in ("client_s", "proxy_s", "ingress_s", "replicas_s")), (name, cpu)
             parts = cpu["client_s"] + cpu["proxy_s"] + cpu["ingress_s"] + cpu["replicas_s"]
             assert cpu["total_s"] == pytest.approx(parts)
-    # Only ours' replicas pace, and its router permits the first long prompt of each fresh pool
-    # (routing/pacing_permit.py); the engine counters leave the pieces out, so they agree with the answers
-    assert [result["routers"][name]["num_paced"] for name in ROUTERS] == [0, 0, 2]
+    # Pacing is one setting for every router's replicas: each router's replicas pace (ours' router permits
+    # the first long prompt of each fresh pool, routing/pacing_permit.py: 2 over 2 replays); the engine
+    # counters leave the pieces out, so they agree with the answers
+    assert result["settings"]["prefill_pacing"]["min_uncached_tokens"] == 4096
+    assert all(result["routers"][name]["num_paced"] > 0 for name in ROUTERS)
+    assert result["routers"]["headroom"]["num_paced"] == 2
     for name, figures in result["routers"].items():
         assert figures["prefix_hit_rate"] == pytest.approx(figures["prefix_hit_rate_usage"]), name
     names = {Goal.model_validate(g).name for g in result["goals"]}
@@ -78,6 +81,6 @@ def test_tiny_routing_bench_reports_every_field_for_every_router():
             assert replay["ttft_p99_sim_s"] == pytest.approx(p99_wall / 0.5)
             assert [row["rank"] for row in replay["slowest"]] == [1, 2]
             assert all(isinstance(row["replica"], str) and row["replica"] for row in replay["slowest"])
-    progress = [line for line in done.stderr.splitlines() if line.startswith("[")]
+    progress = [line.removeprefix("SIMULATED ") for line in done.stderr.splitlines() if line.startswith("SIMULATED [")]
     # one progress line per replay, interleaved: pow2, cache_aware, headroom, pow2, ...
     assert [line.split("] ")[1].split(":")[0] for line in progress] == ROUTERS * 2

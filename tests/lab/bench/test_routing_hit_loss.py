@@ -2,7 +2,7 @@
 
 import pytest
 
-from ray_dspine.bench.routing_hit_loss import HitLoss, PlacedRequest, format_hit_losses, hit_loss, mean_hit_loss
+from dspine_lab.bench.routing_hit_loss import HitLoss, PlacedRequest, format_hit_losses, hit_loss, mean_hit_loss
 
 
 def placed(request_id: str, session: str, replica: int | str, sent_s: float, prompt: int, cached: int) -> PlacedRequest:

@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from ray_dspine.bench.routing_load_plot import draw_load_sweep
-from ray_dspine.bench.routing_load_sweep import format_load_table, parse_loads, run_load_sweep, settings_at_load
-from ray_dspine.bench.routing_virtual_report import run_virtual_bench
-from ray_dspine.bench.routing_workload import RoutingBenchSettings
+from dspine_lab.bench.routing_load_plot import draw_load_sweep
+from dspine_lab.bench.routing_load_sweep import format_load_table, parse_loads, run_load_sweep, settings_at_load
+from dspine_lab.bench.routing_virtual_report import run_virtual_bench
+from dspine_lab.bench.routing_workload import RoutingBenchSettings
 from ray_dspine.bench.traces.model import TraceMessage, TraceRequest
 from ray_dspine.cli_errors import CliError
 
@@ -71,7 +71,7 @@ def test_rule_a_load_whose_arrival_scale_leaves_its_range_is_the_flags_error():
 
 
 def test_rule_each_point_is_the_virtual_bench_at_that_load_with_its_rate():
-    result = run_load_sweep(SETTINGS, [0], [0, 1], [2.0, 1.0], load_requests, quiet)
+    result = run_load_sweep([SETTINGS], [0, 1], [2.0, 1.0], load_requests, quiet)
     assert [p["load"] for p in result["points"]] == [2.0, 1.0]
     assert [p["is_default"] for p in result["points"]] == [False, True]
     # two requests 10 trace seconds apart: 1.0 simulated s at arrival_scale 0.1 (2 per s), 0.5 s at 0.05
@@ -94,24 +94,24 @@ def test_rule_every_slice_is_replayed_at_every_load():
         seen.append((settings.seed, round(settings.arrival_scale, 6)))
         return load_requests(settings)
 
-    run_load_sweep(SETTINGS, [3, 5], [0], [1.0, 2.0], recording, quiet)
+    run_load_sweep([SETTINGS.model_copy(update={"seed": s}) for s in (3, 5)], [0], [1.0, 2.0], recording, quiet)
     assert seen == [(3, 0.1), (5, 0.1), (3, 0.05), (5, 0.05)]
 
 
 def test_table_has_a_row_per_load_and_the_paired_goals_by_load():
-    result = run_load_sweep(SETTINGS, [0], [0, 1], [1.0, 2.0], load_requests, quiet)
+    result = run_load_sweep([SETTINGS], [0, 1], [1.0, 2.0], load_requests, quiet)
     lines = format_load_table(result).splitlines()
     assert lines[0].split() == ["load", "req/s", "floor", "p99", "cache_aware", "p99", "headroom",
                                 "hit", "cache_aware", "hit", "headroom"]  # fmt: skip
     assert lines[1].split()[:2] == ["1x*", "2.00"] and lines[2].split()[:2] == ["2x", "4.00"]
-    assert any(line.startswith("load 2x: paired ttft_p99_reduction_vs_cache_aware: ") for line in lines)
+    assert any(line.startswith("load 2x: SIMULATED paired ttft_p99_reduction_vs_cache_aware: ") for line in lines)
 
 
 # --- plot ---
 
 
 def test_plot_draws_each_router_the_floor_and_ours_cut_labels():
-    result = run_load_sweep(SETTINGS, [0], [0, 1], [1.0, 2.0], load_requests, quiet)
+    result = run_load_sweep([SETTINGS], [0, 1], [1.0, 2.0], load_requests, quiet)
     figure = draw_load_sweep(result)
     p99_axes, hit_axes = figure.axes
     labels = [t.get_text() for t in p99_axes.get_legend().get_texts()]

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from ray_dspine.bench.routing_order_bound import order_bound_p99, order_bound_ttfts
+from dspine_lab.bench.routing_order_bound import order_bound_p99, order_bound_ttfts
 
 
 def test_rule_each_request_starts_when_it_arrives_or_the_first_replica_frees():

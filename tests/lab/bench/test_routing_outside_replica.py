@@ -3,7 +3,7 @@
 import pytest
 
 from ray_dspine.bench.records import RequestRecord
-from ray_dspine.bench.routing_outside_replica import format_outside, outside_replica
+from dspine_lab.bench.routing_outside_replica import format_outside, outside_replica
 
 
 def record(i: int, ttft: float | None, replica_s: float | None, error: bool = False) -> RequestRecord:

@@ -3,13 +3,13 @@
 import pytest
 
 from ray_dspine.bench.records import RequestRecord
-from ray_dspine.bench.routing_ray_tail import (
+from dspine_lab.bench.routing_ray_tail import (
     format_ray_slowest,
     replay_slowest,
     served_from_records,
     slowest_by_router,
 )
-from ray_dspine.bench.routing_workload import RoutingBenchSettings, bench_prefill_seconds
+from dspine_lab.bench.routing_workload import RoutingBenchSettings, bench_prefill_seconds
 
 
 def record(trace_id: str, start_s: float, ttft_s: float | None, prompt: int, cached: int | None = 0,

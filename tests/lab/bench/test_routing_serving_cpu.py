@@ -2,7 +2,7 @@
 
 import pytest
 
-from ray_dspine.bench.routing_serving_cpu import PARTS, format_serving_cpu, spent
+from dspine_lab.bench.routing_serving_cpu import PARTS, format_serving_cpu, spent
 
 
 def test_rule_reading_names_the_four_parts():

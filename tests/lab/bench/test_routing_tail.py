@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from ray_dspine.bench.routing_tail import ServedRequest, format_slowest, p99_census, p99_ranks, slowest_requests
-from ray_dspine.bench.routing_virtual import replay_virtual
-from ray_dspine.bench.routing_workload import RoutingBenchSettings, ttft_floors_by_request
+from dspine_lab.bench.routing_tail import ServedRequest, format_slowest, p99_census, p99_ranks, slowest_requests
+from dspine_lab.bench.routing_virtual import replay_virtual
+from dspine_lab.bench.routing_workload import RoutingBenchSettings, ttft_floors_by_request
 from ray_dspine.bench.traces.model import TraceMessage, TraceRequest
 
 

@@ -5,10 +5,10 @@ import json
 
 import pytest
 
-from ray_dspine.bench.routing_bench import register, settings_from_args
-from ray_dspine.engines.prefill_pacing import PrefillPacingConfig
-from ray_dspine.bench.routing_virtual import _Replay, _turns, replay_virtual
-from ray_dspine.bench.routing_workload import (
+from dspine_lab.bench.routing_bench import register, settings_from_args
+from ray_dspine.engines.prefill_pacing_config import PrefillPacingConfig
+from dspine_lab.bench.routing_virtual import _Replay, _turns, replay_virtual
+from dspine_lab.bench.routing_workload import (
     RoutingBenchSettings,
     bench_app_config,
     ideal_hit_tokens,
@@ -249,7 +249,7 @@ def test_cli_bad_slices_are_named(capsys, argv, message):
 
 
 def test_table_counts_the_replays_whose_ceiling_reaches_the_target():
-    from ray_dspine.bench.routing_virtual_report import format_virtual_table
+    from dspine_lab.bench.routing_virtual_report import format_virtual_table
 
     result = {
         "routers": {}, "settings": {"seed": 0}, "engine_seeds": [0, 1, 2], "goals": [],
@@ -317,28 +317,33 @@ def test_rule_pacing_lets_a_request_arriving_mid_prompt_in_between_the_pieces():
     # the hit rate counts r0's pieces as prefill and nothing they cached for r0 as a hit:
     # no prompt here shares a block with another, so nothing hits
     assert f.prefix_hit_rate == 0.0
-    # only the routers named in prefill_pacing_routers get pacing replicas
-    _, baseline_ttft = ttfts(paced, "cache_aware")
-    assert baseline_ttft == pytest.approx(plain_ttft)
+    # pacing is one setting for every router's replicas: cache_aware's pace r0 the same way (one replica,
+    # so the router's choice changes nothing)
+    baseline, baseline_ttft = ttfts(paced, "cache_aware")
+    assert baseline_ttft == pytest.approx(paced_ttft, abs=2e-6) and baseline.num_paced == 1
 
 
-def test_cli_prefill_pacing_defaults_to_80000_tokens_on_ours_and_0_turns_it_off(capsys):
+def test_cli_prefill_pacing_is_off_by_default_and_one_threshold_turns_it_on_for_every_router(capsys):
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers())
-    settings = settings_from_args(parser.parse_args(["routing"]))
-    assert settings.prefill_pacing.min_uncached_tokens == 80_000 and settings.prefill_pacing_routers == ["headroom"]
-    ours = bench_app_config(settings, "headroom").pools[0].engine.prefill_pacing
-    # the settings' pacing, timed by the bench profile (10,000 tokens/s, 7.09e-7 ms a pair)
-    assert ours == settings.prefill_pacing.model_copy(
-        update={"prefill_tokens_per_s": 10_000.0, "attention_ms_per_pair": 7.09e-7}
+    assert settings_from_args(parser.parse_args(["routing"])).prefill_pacing is None
+    settings = settings_from_args(parser.parse_args(["routing", "--prefill-pacing-tokens", "80000"]))
+    assert settings.prefill_pacing.min_uncached_tokens == 80_000
+    # the settings' pacing, timed by the bench profile (10,000 tokens/s, 7.09e-7 ms a pair), on every router
+    expected = settings.prefill_pacing.model_copy(update={"prefill_tokens_per_s": 10_000.0, "attention_ms_per_pair": 7.09e-7})
+    for policy in ("pow2", "cache_aware", "headroom"):
+        assert bench_app_config(settings, policy).pools[0].engine.prefill_pacing == expected
+    tuned = settings_from_args(
+        parser.parse_args(["routing", "--prefill-pacing-tokens", "80000", "--prefill-pacing-yield", "0.25"])
     )
-    assert bench_app_config(settings, "cache_aware").pools[0].engine.prefill_pacing is None
-    tuned = settings_from_args(parser.parse_args(["routing", "--prefill-pacing-yield", "0.25"]))
     assert (tuned.prefill_pacing.min_uncached_tokens, tuned.prefill_pacing.yield_fraction) == (80_000, 0.25)
     assert settings_from_args(parser.parse_args(["routing", "--prefill-pacing-tokens", "0"])).prefill_pacing is None
-    args = parser.parse_args(["routing", "--prefill-pacing-tokens", "0", "--prefill-pacing-yield", "0.5"])
+    args = parser.parse_args(["routing", "--prefill-pacing-yield", "0.5"])
     assert args.func(args) == 2
-    assert "--prefill-pacing-tokens: 0 turns paced prefill off" in capsys.readouterr().err
+    assert "--prefill-pacing-tokens: paced prefill is off" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # one setting for every router: no per-router list
+        parser.parse_args(["routing", "--prefill-pacing-routers", "headroom"])
+    capsys.readouterr()
     args = parser.parse_args(["routing", "--virtual", "--prefill-pacing-tokens", "80000",
                               "--prefill-pacing-piece-tokens", "1000"])  # fmt: skip
     assert args.func(args) == 2

@@ -8,8 +8,8 @@ import asyncio
 
 import pytest
 
-from ray_dspine.engines.paced_engine import PacedEngine
-from ray_dspine.engines.prefill_pacing import PrefillPacingConfig
+from dspine_lab.engines.paced_engine import PacedEngine
+from ray_dspine.engines.prefill_pacing_config import PrefillPacingConfig
 from ray_dspine.engines.protocol import GenerateRequest
 from ray_dspine.engines.simulated import SimulatedEngine, SimulatedEngineConfig
 from ray_dspine.engines.simulated.profile import CalibrationPoint, DecodeModel, PrefillModel, SimProfile

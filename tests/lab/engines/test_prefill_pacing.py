@@ -3,7 +3,8 @@
 import pytest
 from pydantic import ValidationError
 
-from ray_dspine.engines.prefill_pacing import PacedPrefill, PrefillPacer, PrefillPacingConfig, plan_pieces
+from dspine_lab.engines.prefill_pacing import PacedPrefill, PrefillPacer, plan_pieces
+from ray_dspine.engines.prefill_pacing_config import PrefillPacingConfig
 
 
 def pacer(

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from ray_dspine.sim.arrivals import DAY_S, diurnal_factor, sample_day
-from ray_dspine.sim.traces import load_trace_table
+from dspine_lab.sim.arrivals import DAY_S, diurnal_factor, sample_day
+from dspine_lab.sim.traces import load_trace_table
 
 
 def test_rule_curve():

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ray_dspine.sim.context import MetricHistory, SimAutoscalingContext
+from dspine_lab.sim.context import MetricHistory, SimAutoscalingContext
 
 
 def test_rule_window_and_push():

@@ -2,8 +2,8 @@
 
 import pytest
 
-from ray_dspine.sim.config import RayControls
-from ray_dspine.sim.controller import apply_ray_controls
+from dspine_lab.sim.config import RayControls
+from dspine_lab.sim.controller import apply_ray_controls
 
 
 class Ctx:

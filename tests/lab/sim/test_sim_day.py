@@ -2,15 +2,15 @@
 
 import pytest
 
-from ray_dspine.autoscale.calibration import capacity_from_profile
+from dspine_lab.autoscale.calibration import capacity_from_profile
 from ray_dspine.autoscale.config import CostAutoscalingConfig, SloTargets
 from ray_dspine.engines.simulated.profile import load_profile
-from ray_dspine.sim.config import FixedPolicySpec, OursPolicy, PoolSimConfig, SimConfig, TrafficConfig
-from ray_dspine.sim.pool import STOPPED
-from ray_dspine.sim.run import load_day, simulate_day
-from ray_dspine.sim.simulator import DaySimulation
+from dspine_lab.sim.config import FixedPolicySpec, OursPolicy, PoolSimConfig, SimConfig, TrafficConfig
+from dspine_lab.sim.pool import STOPPED
+from dspine_lab.sim.run import load_day, simulate_day
+from dspine_lab.sim.simulator import DaySimulation
 
-SLO = SloTargets(ttft_p95_s=2.0, itl_p95_ms=100.0)
+SLO = SloTargets(ttft_slo_s=2.0, itl_slo_ms=100.0)
 PROFILE = load_profile("h200-qwen3.8-27b")
 
 

@@ -5,10 +5,10 @@ import pytest
 
 from ray_dspine.autoscale.config import SloTargets
 from ray_dspine.engines.simulated.profile import load_profile
-from ray_dspine.sim.config import PoolSimConfig, SchedulePolicySpec, SimConfig, TrafficConfig
-from ray_dspine.sim.hindsight import choose_counts, hindsight_day, misses_by_bin
-from ray_dspine.sim.run import load_day
-from ray_dspine.sim.simulator import DaySimulation
+from dspine_lab.sim.config import PoolSimConfig, SchedulePolicySpec, SimConfig, TrafficConfig
+from dspine_lab.sim.hindsight import choose_counts, hindsight_day, misses_by_bin
+from dspine_lab.sim.run import load_day
+from dspine_lab.sim.simulator import DaySimulation
 
 PROFILE = load_profile("h200-qwen3.8-27b")
 START = 15 * 3600.0
@@ -54,7 +54,7 @@ def test_rule_schedule_count_takes_the_lead():
 def config(azure_path, policy, initial=1) -> SimConfig:
     return SimConfig(
         pool=PoolSimConfig(
-            name="tiny", slo=SloTargets(ttft_p95_s=2.0, itl_p95_ms=100.0), initial_replicas=initial,
+            name="tiny", slo=SloTargets(ttft_slo_s=2.0, itl_slo_ms=100.0), initial_replicas=initial,
             max_replicas=8, startup_s=60.0,
         ),
         traffic=TrafficConfig(trace=str(azure_path), rate_scale=10.0, start_s=START, duration_s=1200.0),

@@ -2,12 +2,12 @@
 
 from ray_dspine.autoscale.config import SloTargets
 from ray_dspine.engines.simulated.profile import load_profile
-from ray_dspine.sim.config import PoolSimConfig
-from ray_dspine.sim.pool import SERVING, STARTING, SimPool
+from dspine_lab.sim.config import PoolSimConfig
+from dspine_lab.sim.pool import SERVING, STARTING, SimPool
 
 
 def pool(**kw) -> SimPool:
-    config = PoolSimConfig(name="p", slo=SloTargets(ttft_p95_s=1.0, itl_p95_ms=50.0), max_ongoing_requests=2, **kw)
+    config = PoolSimConfig(name="p", slo=SloTargets(ttft_slo_s=1.0, itl_slo_ms=50.0), max_ongoing_requests=2, **kw)
     return SimPool(config, load_profile("h200-qwen3.8-27b"), lambda: 0.0, seed=0, keep_history_s=60.0)
 
 

@@ -1,6 +1,6 @@
 """Trace tables from hand-written Azure and Mooncake fixtures."""
 
-from ray_dspine.sim.traces import load_trace_table
+from dspine_lab.sim.traces import load_trace_table
 
 
 def test_rule_azure_columns_and_span(azure_path):

@@ -1,0 +1,2 @@
+"""Autoscaling studies: the baselines the policy is compared with, the simulated day benchmark
+(`ray-dspine bench autoscaling`) and the tuner (`ray-dspine tune autoscaling`)."""
