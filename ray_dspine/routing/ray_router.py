@@ -144,7 +144,7 @@ class DSpineRequestRouter(RequestRouter):
             home = self._homes.last(request.session_id)
             _remember(self._judged, request.request_id, (home, frozenset(by_id), decision.rejected_by))
             # The permit travels in the request itself: Ray sends `pending_request.args` to the replica
-            # it routes to after this call returns (pacing_permit.py; engines/paced_engine.py reads it).
+            # it routes to after this call returns (pacing_permit.py; a pacing engine wrapper, engines/wrappers.py, reads it).
             generate.pace = decision.pace
         if ranked and self._tentative.get(request.request_id) != ranked[0]:
             _remember(self._tentative, request.request_id, ranked[0])
