@@ -122,6 +122,13 @@ class ServerConfig(BaseModel):
         description="Completions below which a pool counts as unmeasured: every request is admitted and Ray's "
         "max_queued_requests alone bounds the queue.",
     )
+    pool_recovery_estimate_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="Seconds a pool without a healthy replica is expected to take to get one back, until the "
+        "ingress has measured an outage (its start counts): requests that cannot wait that long get 503 "
+        "pool_unavailable with a Retry-After (serve/admission.py).",
+    )
     deadline_margin_ms: float = Field(
         default=1000.0,
         ge=0,

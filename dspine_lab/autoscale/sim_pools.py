@@ -25,24 +25,24 @@ import yaml
 
 from ray_dspine.autoscale.config import SloTargets
 from ray_dspine.engines.simulated.config import SimulatedEngineConfig
-from dspine_lab.sim.config import PoolSimConfig, TrafficConfig
+from dspine_lab.sim.config import PoolSimConfig, DayTraffic
 
 
 def _twin(
     name: str, drafter: str, slo: SloTargets, trace: str, rate_scale: float, max_replicas: int = 32, initial: int = 2
-) -> tuple[PoolSimConfig, TrafficConfig]:
+) -> tuple[PoolSimConfig, DayTraffic]:
     """A production pool's calibrated H200 twin (USD 3.50 per GPU-hour) and the traffic it is tuned on."""
     engine = SimulatedEngineConfig(profile="h200-qwen3.8-27b", drafter=drafter)
     pool = PoolSimConfig(
         name=name, engine=engine, slo=slo, gpu_hour_usd=3.5, max_replicas=max_replicas, initial_replicas=initial
     )
-    return pool, TrafficConfig(trace=trace, rate_scale=rate_scale)
+    return pool, DayTraffic(trace=trace, rate_scale=rate_scale)
 
 
 AGENT_SLO = SloTargets(ttft_slo_s=2.0, itl_slo_ms=100.0)
 REASONING_SLO = SloTargets(ttft_slo_s=3.0, itl_slo_ms=60.0)
 
-TWIN_POOLS: dict[str, tuple[PoolSimConfig, TrafficConfig]] = {
+TWIN_POOLS: dict[str, tuple[PoolSimConfig, DayTraffic]] = {
     "dspine-agent": _twin("dspine-agent", "dspine", AGENT_SLO, "azure-code", 2.5),
     "dflash2": _twin("dflash2", "dflash2", AGENT_SLO, "azure-code", 2.5),
     "dspine-reasoning": _twin("dspine-reasoning", "dspine", REASONING_SLO, "azure-conv", 1.0),

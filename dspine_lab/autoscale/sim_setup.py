@@ -15,7 +15,7 @@ from dspine_lab.autoscale.sim_pools import TWIN_POOLS, pool_from_cluster_yaml
 from ray_dspine.bench.traces.loader import TraceNotFoundError
 from ray_dspine.cli_errors import CliError, flag_error
 from ray_dspine.engines.simulated.profile import SimProfile, load_profile
-from dspine_lab.sim.config import PoolSimConfig, TrafficConfig
+from dspine_lab.sim.config import PoolSimConfig, DayTraffic
 from dspine_lab.sim.traces import TraceTable, load_trace_table
 
 POLICY_FUNCTION = "ray_dspine.autoscale.ray_policy:CostAutoscalingPolicy"
@@ -58,7 +58,7 @@ def add_pool_arguments(parser: argparse.ArgumentParser, default_pool: str | None
     parser.add_argument("--max-replicas", type=int, help="replica ceiling (default 32)")
 
 
-def resolve_pool(args: argparse.Namespace) -> tuple[PoolSimConfig, TrafficConfig]:
+def resolve_pool(args: argparse.Namespace) -> tuple[PoolSimConfig, DayTraffic]:
     """The built-in twin of --pool (or a generic one), overridden by --config and the flags."""
     try:
         return _resolve_pool(args)
@@ -68,7 +68,7 @@ def resolve_pool(args: argparse.Namespace) -> tuple[PoolSimConfig, TrafficConfig
         raise SetupError(f"argument --config: {exc}") from exc
 
 
-def _resolve_pool(args: argparse.Namespace) -> tuple[PoolSimConfig, TrafficConfig]:
+def _resolve_pool(args: argparse.Namespace) -> tuple[PoolSimConfig, DayTraffic]:
     if args.pool in TWIN_POOLS:
         pool, traffic = TWIN_POOLS[args.pool]
     elif args.config is None:
@@ -98,10 +98,10 @@ def _resolve_pool(args: argparse.Namespace) -> tuple[PoolSimConfig, TrafficConfi
         if v is not None
     }  # fmt: skip
     traffic_update["seed"] = getattr(args, "seed", traffic.seed)
-    return pool, TrafficConfig.model_validate({**traffic.model_dump(), **traffic_update})
+    return pool, DayTraffic.model_validate({**traffic.model_dump(), **traffic_update})
 
 
-def load_trace_for(args: argparse.Namespace, pool: PoolSimConfig, traffic: TrafficConfig) -> TraceTable:
+def load_trace_for(args: argparse.Namespace, pool: PoolSimConfig, traffic: DayTraffic) -> TraceTable:
     try:
         return load_trace_table(
             traffic.trace, max_context_tokens=pool.engine.total_kv_tokens, traces_dir=getattr(args, "traces_dir", None)

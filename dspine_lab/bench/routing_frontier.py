@@ -1,7 +1,7 @@
 """`bench routing --virtual --sweep-tolerance`: what the TTFT guard trades between p99 TTFT and prefix hits.
 
 The guard (routing/ttft_guard.py) moves a turn off the replica that caches its conversation when
-waiting there would cost more than `ttft_tolerance_s` over the best replica: the turn's first token
+waiting there would cost more than its `tolerance_s` over the best replica: the turn's first token
 comes sooner, and its cached prefix is prefilled again elsewhere. This sweep shows the whole trade on
 one slice, so that an operator picks the tolerance from a curve rather than from a default.
 
@@ -9,9 +9,9 @@ Rules (simulated seconds throughout; the replays are routing_virtual.py's):
   tolerances  the values of --sweep-tolerance in the order given: seconds >= 0, or `none` (no guard);
               a value given twice is refused.
   replays     every router of the settings other than ours, once per engine seed; ours once per
-              (tolerance, engine seed), with `ttft_tolerance_s` set to the tolerance and every other
-              field as `virtual_router_config` sets it (the cached-prefix extension of the guard
-              included: `none` turns the whole guard off).
+              (tolerance, engine seed), with the ttft_guard filter's `tolerance_s` set to the tolerance
+              and every other field as `virtual_router_config` sets it (`none` leaves the ttft_guard
+              filter out, its cached-prefix extension included).
   point       per tolerance: ours' figures averaged over the engine seeds (`mean_over_seeds`), the goals
               of routing_results.goals_from on those means against the baselines' means (point estimates,
               no verdict), and the paired goals of paired.py, ours' replay with engine seed i against each
@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from ray_dspine.cli_errors import CliError
+from ray_dspine.routing.config import RouterConfig, TtftGuardFilter
 
 from dspine_lab.bench.flag_lists import bounded_float, parse_flag_list
 from dspine_lab.bench.paired import all_met, paired_goals
@@ -48,6 +49,20 @@ def parse_tolerances(text: str) -> list[float | None]:
         return None if part.lower() == NO_GUARD else bounded_float(part, 0.0, low_inclusive=True)
 
     return parse_flag_list(text, FLAG, "tolerance", "give seconds >= 0 or 'none'", "0,2,4,6,8,none", one)
+
+
+def guard_tolerance(config: RouterConfig) -> float | None:
+    """The ttft_guard filter's tolerance_s, or None when the filter is not listed."""
+    guard = config.stage("ttft_guard")
+    return None if guard is None else guard.tolerance_s
+
+
+def with_guard_tolerance(config: RouterConfig, tolerance_s: float | None) -> RouterConfig:
+    """`config` with the ttft_guard filter's tolerance_s set (None: the filter left out)."""
+    if tolerance_s is None:
+        return config.without_stage("ttft_guard")
+    guard = config.stage("ttft_guard") or TtftGuardFilter()
+    return config.with_stage(guard.model_copy(update={"tolerance_s": tolerance_s}))
 
 
 def tolerance_label(tolerance_s: float | None) -> str:
@@ -94,7 +109,7 @@ def run_tolerance_sweep(
     default_config = virtual_router_config(settings, OURS)
     points = []
     for tolerance in tolerances:
-        config = default_config.model_copy(update={"ttft_tolerance_s": tolerance})
+        config = with_guard_tolerance(default_config, tolerance)
         runs = []
         for seed in engine_seeds:
             runs.append(replay_virtual(requests, settings, OURS, seed, floors, config=config))
@@ -110,7 +125,7 @@ def run_tolerance_sweep(
         points.append({
             "ttft_tolerance_s": tolerance,
             "label": tolerance_label(tolerance),
-            "is_default": tolerance == default_config.ttft_tolerance_s,
+            "is_default": tolerance == guard_tolerance(default_config),
             **means,
             "ttft_p99_reduction": {
                 name: reduction(means["ttft_p99_sim_s"], m["ttft_p99_sim_s"]) for name, m in base_means.items()

@@ -17,7 +17,7 @@ Workload rule (seed w; times in simulated seconds):
             by agent), the rest the request's own.
 Replay rules (as routing_virtual.py's): each replica reports its core's load snapshot every report_period_s,
 staggered by k * period / N; pow2 picks the replica with fewer requests in flight of two drawn at random,
-the other routers RouterConfig(policy, stale_after_s, assumed_stats_age_s = report_period_s) with their
+the other routers RouterConfig(policy, reports: stale_after_s, assumed_stats_age_s = report_period_s) with their
 GPU-second defaults; a request the router makes wait is offered again every RETRY_S.
 Figures per router and seed: retractions and recomputed (wasted) tokens from the cores' counters;
 TTFT = first token - arrival; ITL = the gaps between one request's consecutive token events (a step's
@@ -55,7 +55,7 @@ from ray_dspine.engines.simulated.core import SimReplicaCore
 from ray_dspine.engines.simulated.profile import SimProfile, load_profile
 from ray_dspine.engines.simulated.request import SimRequest
 from ray_dspine.pools import apply_plan, plan_pool
-from ray_dspine.routing.config import RouterConfig
+from ray_dspine.routing.config import ReportsConfig, RouterConfig
 from ray_dspine.routing.policies import RoutingPolicy, build_policy
 from ray_dspine.routing.types import ReplicaView, RequestView
 
@@ -199,7 +199,8 @@ def replay(
     rng = random.Random(seed)
     router: RoutingPolicy | None = None
     if policy != "pow2":
-        config = RouterConfig(policy=policy, stale_after_s=settings.stale_after_s, assumed_stats_age_s=period)
+        trust = ReportsConfig(stale_after_s=settings.stale_after_s, assumed_stats_age_s=period)
+        config = RouterConfig(policy=policy, reports=trust)
         router = build_policy(config, clock=lambda: now)
     tracks: dict[int, _Track] = {}
 

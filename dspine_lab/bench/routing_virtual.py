@@ -37,10 +37,10 @@ Rules (simulated seconds throughout):
              out) and carries yield_budget_tokens, pacing_min_uncached_tokens and pacing_yield_fraction,
              as the replica's PacedEngine reports them. Its TTFT counts from its arrival to the first
              token of the request itself.
-  router     RouterConfig(policy, stale_after_s and assumed_stats_age_s in simulated seconds); its
-             GPU-second defaults (ttft_tolerance_s, ttft_tolerance_cached_max_s, memory_wait_tolerance_s,
-             latency_slack_s, ttft_indifference_s) apply as they are, since the cores report
-             simulated-second rates and the clock is simulated.
+  router     RouterConfig(policy, reports: stale_after_s and assumed_stats_age_s in simulated seconds);
+             the stages' GPU-second defaults (the ttft_guard filter's tolerance_s and cached_max_s, the
+             memory_wait hold's, the predicted_ttft scorer's indifference_s) apply as they are, since
+             the cores report simulated-second rates and the clock is simulated.
   figures    TTFT p50/p99 and end-to-end p99 over all requests (percentiles as numpy's linear rule),
              TTFT excess p99 over each request's floor, the order-preserving bound on p99 TTFT over the
              replay's own arrivals and the floors (routing_order_bound.py), prefix-hit rate =
@@ -74,7 +74,7 @@ from ray_dspine.engines.simulated.kv_tiers import KvTier
 from ray_dspine.engines.simulated.profile import load_profile
 from ray_dspine.engines.simulated.request import SimRequest
 from ray_dspine.pools import apply_plan, plan_pool
-from ray_dspine.routing.config import RouterConfig
+from ray_dspine.routing.config import EstimatorConfig, ReportsConfig, RouterConfig
 from ray_dspine.routing.policies import RoutingPolicy, build_policy
 from ray_dspine.routing.types import ReplicaView, RequestView
 from ray_dspine.bench.client import ClientSettings
@@ -151,11 +151,11 @@ def _turns(requests: list[TraceRequest], settings: RoutingBenchSettings) -> list
 def virtual_router_config(settings: RoutingBenchSettings, policy: str) -> RouterConfig:
     """The router config rule: the bench's staleness settings in simulated seconds."""
     scale = settings.engine_time_scale
-    return RouterConfig(
-        policy=policy,
+    reports = ReportsConfig(
         stale_after_s=settings.stale_after_s / scale,
         assumed_stats_age_s=settings.routing_stats_period_s / scale,
     )
+    return RouterConfig(policy=policy, reports=reports)
 
 
 class _Replay:
@@ -188,7 +188,7 @@ class _Replay:
         self.held: dict[int, int] = {}  # turn index -> most prompt tokens any core held for it when placed
         self.rng = random.Random(engine_seed)
         self.backlog_source = settings.backlog_source
-        assumed_rate = RouterConfig().default_prefill_tokens_per_s
+        assumed_rate = EstimatorConfig().default_prefill_tokens_per_s
         self.backlogs = [PrefillBacklog(lambda: self.now, default_tokens_per_s=assumed_rate) for _ in range(self.n)]
         pacing = bench_pacing(settings)
         self.pacers = [PrefillPacer(pacing) for _ in range(self.n)] if pacing is not None else None

@@ -25,8 +25,9 @@ App rule: one pool `bench` of `num_replicas` simulated replicas sized by the cap
 `capacity` (the DSpine pool of clusters/sim.yaml), every reasoning level routed to it,
 max_ongoing_requests = the plan's running-request limit, chunks merged over `stream_batch_interval_ms`
 (serve/stream_batching.py), and `RouterConfig(policy=p)` for the router
-p under test, its GPU-second defaults (ttft_tolerance_s, ttft_tolerance_cached_max_s,
-memory_wait_tolerance_s, latency_slack_s, ttft_indifference_s) times engine_time_scale. Identical
+p under test, its stages' GPU-second fields (`GPU_SECOND_FIELDS`: the ttft_guard filter's and the
+memory_wait hold's tolerance_s and cached_max_s, predicted_ttft's indifference_s, predicted_decode's
+slack_s, when listed) times engine_time_scale. Identical
 replicas: every replica-side setting (engine, schedule, cache, HiCache, paced prefill) is one setting
 applied to the replicas of every router alike; only `router.policy` differs between routers. Paced
 prefill (`prefill_pacing`, engines/prefill_pacing.py, timed by the profile's prefill rate and attention
@@ -64,7 +65,7 @@ from ray_dspine.engines.protocol import SchedulePolicy
 from ray_dspine.engines.simulated.step_model import prefill_alone_ms
 from ray_dspine.pools import plan_pool
 from ray_dspine.engines.prefill_pacing_config import PrefillPacingConfig
-from ray_dspine.routing.config import PolicyName, RouterConfig, TrafficConfig, TrafficRule
+from ray_dspine.routing.config import PolicyName, ReportsConfig, RouterConfig, TrafficConfig, TrafficRule
 from ray_dspine.routing.fingerprint import conversation_text, prefix_hashes
 from ray_dspine.bench.client import ClientSettings, build_body
 from ray_dspine.bench.traces.loader import load_trace
@@ -449,20 +450,27 @@ def format_hit_ceiling(infos: list[dict]) -> str | None:
     )
 
 
-def gpu_seconds_in_wall_time(engine_time_scale: float) -> dict[str, float]:
-    """The router's defaults that are GPU seconds, as wall seconds of engines at this time scale.
+# The stage fields that are GPU seconds (per stage type); per_cached_s is seconds per second, so unscaled.
+GPU_SECOND_FIELDS: dict[str, tuple[str, ...]] = {
+    "ttft_guard": ("tolerance_s", "cached_max_s"),
+    "memory_wait": ("tolerance_s", "cached_max_s"),
+    "predicted_ttft": ("indifference_s",),
+    "predicted_decode": ("slack_s",),
+}
+
+
+def gpu_seconds_in_wall_time(router: RouterConfig, engine_time_scale: float) -> RouterConfig:
+    """`router` with its listed stages' GPU-second fields as wall seconds of engines at this time scale.
 
     The replicas report wall-clock rates (a simulated engine divides its rate by time_scale), so a
     router's tolerance of 5 GPU seconds is 5 * time_scale wall seconds here.
     """
-    defaults = RouterConfig.model_fields
-    return {
-        "ttft_tolerance_s": defaults["ttft_tolerance_s"].default * engine_time_scale,
-        "ttft_tolerance_cached_max_s": defaults["ttft_tolerance_cached_max_s"].default * engine_time_scale,
-        "memory_wait_tolerance_s": defaults["memory_wait_tolerance_s"].default * engine_time_scale,
-        "latency_slack_s": defaults["latency_slack_s"].default * engine_time_scale,
-        "ttft_indifference_s": defaults["ttft_indifference_s"].default * engine_time_scale,
-    }
+    for type_name, fields in GPU_SECOND_FIELDS.items():
+        spec = router.stage(type_name)
+        if spec is not None:
+            update = {name: getattr(spec, name) * engine_time_scale for name in fields}
+            router = router.with_stage(spec.model_copy(update=update))
+    return router
 
 
 def bench_pacing(settings: RoutingBenchSettings) -> PrefillPacingConfig | None:
@@ -493,12 +501,8 @@ def bench_app_config(settings: RoutingBenchSettings, policy: PolicyName) -> AppC
         hicache_write_policy=settings.hicache_write_policy,
         prefill_pacing=bench_pacing(settings),
     )
-    router = RouterConfig(
-        policy=policy,
-        stale_after_s=settings.stale_after_s,
-        assumed_stats_age_s=settings.routing_stats_period_s,
-        **gpu_seconds_in_wall_time(settings.engine_time_scale),
-    )
+    reports = ReportsConfig(stale_after_s=settings.stale_after_s, assumed_stats_age_s=settings.routing_stats_period_s)
+    router = gpu_seconds_in_wall_time(RouterConfig(policy=policy, reports=reports), settings.engine_time_scale)
     probe = PoolConfig(name=BENCH_POOL, engine=engine)
     plan = plan_pool(probe)
     max_ongoing = plan.max_running_requests if plan is not None else 64

@@ -11,7 +11,7 @@ from ray_dspine.autoscale.config import CostAutoscalingConfig, SloTargets
 from ray_dspine.engines.simulated.config import SimulatedEngineConfig
 
 
-class TrafficConfig(BaseModel):
+class DayTraffic(BaseModel):
     """A trace's hour shaped into a day (see arrivals.py for the rules)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -148,6 +148,6 @@ class SimConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     pool: PoolSimConfig
-    traffic: TrafficConfig = Field(default_factory=TrafficConfig)
+    traffic: DayTraffic = Field(default_factory=DayTraffic)
     controls: RayControls = Field(default_factory=RayControls)
     policy: PolicySpec

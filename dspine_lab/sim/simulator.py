@@ -14,7 +14,7 @@ Rules (times in simulated seconds; pool.py, context.py and controller.py hold th
             removes replicas (pool.py). A fixed policy never scales; a schedule sets the target from
             its bins (SchedulePolicySpec.count_at), clamped to [min_replicas, max_replicas].
   end       arrivals stop at start_s + duration_s; ticks stop too; in-flight requests finish.
-  seed      arrivals from TrafficConfig.seed; replica r's acceptance from "seed:r"; nothing reads
+  seed      arrivals from DayTraffic.seed; replica r's acceptance from "seed:r"; nothing reads
             a wall clock, so the same config gives the same DayResult.
 Complexity: O(events * log(heap)) with O(batch) per step inside the core; memory O(requests).
 """

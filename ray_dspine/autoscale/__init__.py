@@ -4,7 +4,7 @@ Nothing here imports ray."""
 from ray_dspine.autoscale.capacity_model import Workload, max_rate_per_replica, predict_replica
 from ray_dspine.autoscale.config import CostAutoscalingConfig, ReplicaCapacityModel, SloTargets, StatsWindowConfig
 from ray_dspine.autoscale.observation import PoolObservation, ReplicaReport, observation_from_context
-from ray_dspine.autoscale.policy import Decision, cost_per_completed_request_usd, decide
+from ray_dspine.autoscale.policy import ScalingDecision, cost_per_completed_request_usd, decide
 from ray_dspine.autoscale.ray_policy import CostAutoscalingPolicy
 from ray_dspine.autoscale.stats import STAT_KEYS, ReplicaWindowStats
 
@@ -12,7 +12,7 @@ __all__ = [
     "STAT_KEYS",
     "CostAutoscalingConfig",
     "CostAutoscalingPolicy",
-    "Decision",
+    "ScalingDecision",
     "PoolObservation",
     "ReplicaCapacityModel",
     "ReplicaReport",

@@ -52,7 +52,7 @@ STATE_PREFIX = "dspine_"
 
 
 @dataclass(frozen=True)
-class Decision:
+class ScalingDecision:
     num_replicas: int
     reason: str
     demand_per_s: float
@@ -87,13 +87,13 @@ def _bounded(n: int, obs: PoolObservation, floor: int) -> int:
     return min(obs.max_replicas, max(obs.min_replicas, floor, n))
 
 
-def decide(config: CostAutoscalingConfig, obs: PoolObservation, state: dict[str, Any]) -> Decision:
+def decide(config: CostAutoscalingConfig, obs: PoolObservation, state: dict[str, Any]) -> ScalingDecision:
     """Apply rules R1-R8 to one observation; returns the count and the state to keep."""
     state = dict(state)  # Ray's own keys (its delay bookkeeping) pass through untouched
     target = obs.target_replicas
     reports = fresh_reports(obs, config.stale_after_s)
     if not reports:  # R1
-        return Decision(target, "hold: no fresh metrics", 0.0, 0.0, target, target, state)
+        return ScalingDecision(target, "hold: no fresh metrics", 0.0, 0.0, target, target, state)
 
     # R2 demand and its trend.
     running = max(obs.num_running_replicas, len(reports))
@@ -115,7 +115,7 @@ def decide(config: CostAutoscalingConfig, obs: PoolObservation, state: dict[str,
         off = max_rate_per_replica(config.capacity, config.slo, replace(workload, drafter_active=False), config.headroom)
         state[STATE_PREFIX + "drafter_gain"] = mu / off.rate_per_s if off.rate_per_s > 0 else 0.0
     if mu <= 0.0:
-        return Decision(target, "hold: zero capacity", demand, mu, target, target, state)
+        return ScalingDecision(target, "hold: zero capacity", demand, mu, target, target, state)
 
     # R7 drain floor.
     inflight = queued + sum(r.values.get("num_running", 0.0) for r in reports) * running / len(reports)
@@ -140,8 +140,8 @@ def decide(config: CostAutoscalingConfig, obs: PoolObservation, state: dict[str,
         if obs.now_s - since + 1e-9 >= config.upscale_delay_s:
             state.pop(key_up, None)
             n = _bounded(n_up, obs, floor)
-            return Decision(n, "up: guard" if guard else "up: demand", demand, mu, n_up, n_down, state)
-        return Decision(target, "up: waiting", demand, mu, n_up, n_down, state)
+            return ScalingDecision(n, "up: guard" if guard else "up: demand", demand, mu, n_up, n_down, state)
+        return ScalingDecision(target, "up: waiting", demand, mu, n_up, n_down, state)
     state.pop(key_up, None)
 
     # R6 down (with the R5 guard blocking it).
@@ -153,8 +153,8 @@ def decide(config: CostAutoscalingConfig, obs: PoolObservation, state: dict[str,
             state.pop(key_down, None)
             state.pop(key_hist, None)
             n = _bounded(window_max, obs, floor)
-            return Decision(n, "down", demand, mu, n_up, n_down, state)
-        return Decision(_bounded(target, obs, floor), "down: waiting", demand, mu, n_up, n_down, state)
+            return ScalingDecision(n, "down", demand, mu, n_up, n_down, state)
+        return ScalingDecision(_bounded(target, obs, floor), "down: waiting", demand, mu, n_up, n_down, state)
     state.pop(key_down, None)
     state.pop(key_hist, None)
-    return Decision(_bounded(target, obs, floor), "hold: in band", demand, mu, n_up, n_down, state)
+    return ScalingDecision(_bounded(target, obs, floor), "hold: in band", demand, mu, n_up, n_down, state)

@@ -13,7 +13,7 @@ from typing import Any
 
 from ray_dspine.autoscale.config import CostAutoscalingConfig
 from ray_dspine.autoscale.observation import observation_from_context
-from ray_dspine.autoscale.policy import Decision, decide
+from ray_dspine.autoscale.policy import ScalingDecision, decide
 
 
 class CostAutoscalingPolicy:
@@ -21,7 +21,7 @@ class CostAutoscalingPolicy:
 
     def __init__(self, **policy_kwargs: Any):
         self.config = CostAutoscalingConfig.model_validate(policy_kwargs)
-        self.last_decision: Decision | None = None
+        self.last_decision: ScalingDecision | None = None
 
     def __call__(self, ctx: Any) -> tuple[int, dict[str, Any]]:
         decision = decide(self.config, observation_from_context(ctx), dict(ctx.policy_state or {}))

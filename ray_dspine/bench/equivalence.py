@@ -186,19 +186,14 @@ def combine_tests(results: list[ChiSquareResult]) -> tuple[float, int, float | N
     return statistic, dof, (chi_square_sf(statistic, dof) if dof > 0 else None)
 
 
-class PromptMessage(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    role: Literal["system", "user", "assistant", "tool", "developer"]
-    content: str
-
-
 class EquivalencePrompt(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     id: str
     kind: str = Field(default="open_chat", description="open_chat | code_edit | agent_tool_call | completion | ...")
-    messages: list[PromptMessage] | None = Field(default=None, description="Chat prompt (/v1/chat/completions).")
+    messages: list[dict] | None = Field(
+        default=None, description="Chat prompt (/v1/chat/completions): OpenAI chat messages, checked by the ingress's own schema."
+    )
     prompt: str | None = Field(default=None, description="Plain prompt (/v1/completions).")
 
 
@@ -240,7 +235,24 @@ def load_prompts(source: str = "builtin", num_prompts: int | None = None) -> lis
     for prompt in prompts:
         if (prompt.messages is None) == (prompt.prompt is None):
             raise ValueError(f"prompt {prompt.id!r} in {path}: give exactly one of 'messages' or 'prompt'")
+        if prompt.messages is not None:
+            _check_messages(prompt, path)
     return prompts[:num_prompts] if num_prompts is not None else prompts
+
+
+def _check_messages(prompt: EquivalencePrompt, path: Path) -> None:
+    """A chat prompt must be a request the ingress accepts (serve/openai_schema.py): OpenAI's message types,
+    e.g. a tool message answers an assistant tool call by its tool_call_id."""
+    from pydantic import ValidationError
+
+    from ..serve.openai_schema import ChatCompletionRequest
+
+    try:
+        ChatCompletionRequest.model_validate({"model": "any", "messages": prompt.messages})
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error["loc"])
+        raise ValueError(f"prompt {prompt.id!r} in {path}: {where}: {error['msg']}") from None
 
 
 class GreedyResult(BaseModel):

@@ -72,7 +72,7 @@ async def ask(
         payload["model"] = settings.model
     if prompt.messages is not None:
         url = f"{base}/v1/chat/completions"
-        payload["messages"] = [message.model_dump() for message in prompt.messages]
+        payload["messages"] = prompt.messages
     else:
         url = f"{base}/v1/completions"
         payload["prompt"] = prompt.prompt

@@ -6,15 +6,19 @@ Rules:
              cluster has no dashboard); the first is killed. Ray calls run in a daemon thread, RAY_CALL_TIMEOUT_S
              at most each.
   kill       with SIGKILL when the actor runs on this driver's node and its pid is here, else `ray.kill`.
-  streams    K streams with `x-dspine-pool: <pool>` and long max_tokens are opened; the kill comes once all K
+  streams    K streams with `x-dspine-pool: <pool>`, long max_tokens and `x-dspine-deadline-ms` set to the client
+             timeout (a client says how long it waits) are opened; the kill comes once all K
              stream (a first content chunk each), or once KILL_SETTLE_S pass with no new stream starting (the pool
-             runs no more at once; the others wait in its queue), or after the client timeout. A stream is
+             runs no more at once; the others wait in its queue), or after half the client timeout (so
+             that all K are still within it). A stream is
              affected when it was streaming and had not ended at the kill. Its end is "error_event" when it
              carried an error event, a finish_reason "error" and then `data: [DONE]`; any other end of an
-             affected stream is lost, and so is an unaffected stream whose answer broke off.
+             affected stream is lost, and so is an unaffected stream whose answer broke off or never came
+             before the client's timeout (hung). An unaffected stream may end in a whole answer or a refusal.
   readiness  GET /health/ready every 0.5 s from the kill: the first non-200 and the first 200 after it (the
              polling stops there, or at the first 200 once the pool serves again, or pool_serves_within_s).
-  serving    a small request forced to the pool every 1 s from the kill: the first answered correctly.
+  serving    a small request forced to the pool every 1 s from the kill (with the same deadline header): the
+             first answered correctly.
   pass       every affected stream ended with an error event within kill_error_within_s of the kill, 0 lost,
              and the pool served within pool_serves_within_s. All times are seconds after the kill.
 """
@@ -32,7 +36,7 @@ from typing import Protocol
 from .context import DrillContext, normal_ok
 from .exchange import Exchange
 from .result import ScenarioResult, tally, verdict
-from .settings import POOL_HEADER
+from .settings import DEADLINE_HEADER, POOL_HEADER
 
 READY_PATH = "/health/ready"
 READY_EVERY_S = 0.5
@@ -154,11 +158,15 @@ async def _watch_ready(ctx: DrillContext, killed_at: float, stop: asyncio.Event)
     return {"ready_not_200_after_s": went_down, "ready_200_again_after_s": back_up}
 
 
+def _headers(ctx: DrillContext, pool: str) -> dict:
+    return {POOL_HEADER: pool, DEADLINE_HEADER: str(int(round(ctx.settings.client_timeout_s * 1000)))}
+
+
 async def _probe_pool(ctx: DrillContext, killed_at: float, pool: str) -> tuple[float | None, list[Exchange]]:
     probes = []
     while ctx.clock() - killed_at < ctx.settings.pool_serves_within_s:
         sent = ctx.clock()
-        ex = await ctx.chat(stream=False, max_tokens=min(4, ctx.settings.max_tokens), headers={POOL_HEADER: pool})
+        ex = await ctx.chat(stream=False, max_tokens=min(4, ctx.settings.max_tokens), headers=_headers(ctx, pool))
         probes.append(ex)
         if normal_ok(ex):
             return ctx.clock() - killed_at, probes
@@ -186,11 +194,11 @@ async def run_kill(ctx: DrillContext, killer: Killer) -> ScenarioResult:
         return on_first_chunk
 
     tasks = [asyncio.create_task(ctx.chat(stream=True, max_tokens=s.long_stream_max_tokens,
-                                          headers={POOL_HEADER: pool}, on_first_chunk=mark(i)))
+                                          headers=_headers(ctx, pool), on_first_chunk=mark(i)))
              for i in range(s.kill_streams)]
     opened = changed = ctx.clock()
     seen = 0
-    while not all(streaming) and ctx.clock() - opened < s.client_timeout_s and not all(t.done() for t in tasks):
+    while not all(streaming) and ctx.clock() - opened < s.client_timeout_s / 2 and not all(t.done() for t in tasks):
         if sum(streaming) != seen:
             seen, changed = sum(streaming), ctx.clock()
         elif seen and ctx.clock() - changed >= KILL_SETTLE_S:
@@ -217,7 +225,7 @@ async def run_kill(ctx: DrillContext, killer: Killer) -> ScenarioResult:
     for hit, ex in zip(affected, streams):
         after_s = (ex.end_clock_s - killed_at) if ex.end_clock_s is not None else None
         error_end = ended_with_error_event(ex)
-        if (hit and not error_end) or (not hit and ex.kind == "lost"):
+        if (hit and not error_end) or (not hit and ex.kind in ("lost", "hung")):
             lost += 1
         elif hit and (after_s is None or after_s > s.kill_error_within_s):
             late += 1

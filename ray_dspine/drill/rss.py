@@ -10,14 +10,21 @@ Rules:
             descendant of those (workers are children of the raylet), found by repeated passes to a fixed point.
   total     the sum of the processes' RSS: shared pages count once per process, so it is an upper bound.
   growth    (total after - total before) / total before, in percent.
+  peak      `--peak-over SECONDS`: a snapshot every `--every` seconds until SECONDS pass, the cluster stops,
+            or SIGINT/SIGTERM arrives; the peak is the snapshot with the largest total (a peak of the sum,
+            not a sum of each process's own peak), printed with its time and the number of samples.
 Complexity: O(processes) per pass of the descendant search, at most O(depth) passes.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import re
+import signal
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -128,12 +135,77 @@ def render(snap: RssSnapshot) -> str:
     return "\n".join(lines)
 
 
-def main() -> int:
-    snap = snapshot()
-    if snap is None:
+class Peak(BaseModel):
+    """The `peak` rule's result."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    at_s: float = Field(description="Seconds after the first sample at which the peak snapshot was taken.")
+    num_samples: int = Field(ge=0)
+    snapshot: RssSnapshot
+
+
+def watch_peak(read, duration_s: float, every_s: float, clock=time.monotonic, sleep=time.sleep,
+               stopped=lambda: False) -> Peak | None:
+    """The `peak` rule over snapshots from `read()` (None: the cluster is gone, which ends the watch)."""
+    start = clock()
+    best: tuple[int, float, RssSnapshot] | None = None
+    samples = 0
+    while not stopped():
+        taken = clock()
+        snap = read()
+        if snap is None:
+            break
+        samples += 1
+        if best is None or snap.total_bytes > best[0]:
+            best = (snap.total_bytes, taken - start, snap)
+        if taken - start + every_s > duration_s:
+            break
+        sleep(max(0.0, taken + every_s - clock()))
+    if best is None:
+        return None
+    return Peak(at_s=best[1], num_samples=samples, snapshot=best[2])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="scripts/stack-rss", description="RSS of the newest local Ray cluster.")
+    parser.add_argument("--peak-over", type=float, metavar="SECONDS",
+                        help="sample until SECONDS pass (or Ctrl-C / SIGTERM) and print the peak total")
+    parser.add_argument("--every", type=float, default=1.0, metavar="SECONDS", help="seconds between samples")
+    parser.add_argument("--json", metavar="FILE", help="also write the snapshot (or the peak) as JSON here")
+    args = parser.parse_args(argv)
+    if args.peak_over is not None and (args.peak_over <= 0 or args.every <= 0):
+        parser.error("--peak-over and --every must be positive seconds")
+    if args.peak_over is None:
+        snap = snapshot()
+        if snap is None:
+            print("stack-rss: no Ray cluster is running", file=sys.stderr)
+            return 1
+        print(render(snap))
+        if args.json:
+            Path(args.json).write_text(snap.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        return 0
+    stop = {"now": False}
+
+    def on_signal(*_):
+        stop["now"] = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+
+    def sleep(seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while not stop["now"] and time.monotonic() < end:
+            time.sleep(min(0.1, max(0.0, end - time.monotonic())))
+
+    peak = watch_peak(snapshot, args.peak_over, args.every, sleep=sleep, stopped=lambda: stop["now"])
+    if peak is None:
         print("stack-rss: no Ray cluster is running", file=sys.stderr)
         return 1
-    print(render(snap))
+    print(render(peak.snapshot))
+    print(f"peak total {peak.snapshot.total_bytes / 2**20:.1f} MB at +{peak.at_s:.1f} s of {peak.num_samples} samples")
+    if args.json:
+        Path(args.json).write_text(json.dumps(peak.model_dump(), indent=2) + "\n", encoding="utf-8")
     return 0
 
 

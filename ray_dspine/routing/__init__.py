@@ -8,8 +8,9 @@ from ray_dspine.routing.baselines.least_load import LeastLoadPolicy
 from ray_dspine.routing.config import (
     ArmSplit,
     CacheAwareConfig,
+    EstimatorConfig,
+    ReportsConfig,
     RouterConfig,
-    ScorerWeights,
     TrafficConfig,
     TrafficRule,
 )
@@ -17,7 +18,7 @@ from ray_dspine.routing.fingerprint import conversation_text, prefix_hashes, ses
 from ray_dspine.routing.pipeline import RoutingPipeline
 from ray_dspine.routing.policies import RoutingPolicy, build_policy
 from ray_dspine.routing.prefix_index import PrefixIndex
-from ray_dspine.routing.registry import scorer_names
+from ray_dspine.routing.registry import stage_types
 from ray_dspine.routing.session_table import SessionTable
 from ray_dspine.routing.traffic import assign, reasoning_level_of, session_key
 from ray_dspine.routing.types import Decision, ReplicaView, RequestView
@@ -26,15 +27,16 @@ __all__ = [
     "ArmSplit",
     "CacheAwareConfig",
     "CacheAwarePolicy",
+    "EstimatorConfig",
     "Decision",
     "LeastLoadPolicy",
     "PrefixIndex",
     "ReplicaView",
+    "ReportsConfig",
     "RequestView",
     "RouterConfig",
     "RoutingPipeline",
     "RoutingPolicy",
-    "ScorerWeights",
     "SessionTable",
     "TrafficConfig",
     "TrafficRule",
@@ -43,7 +45,7 @@ __all__ = [
     "conversation_text",
     "prefix_hashes",
     "reasoning_level_of",
-    "scorer_names",
     "session_fingerprint",
     "session_key",
+    "stage_types",
 ]

@@ -9,7 +9,8 @@ Rules, for request q and replica r (loads already reduced by the reservation led
     holds_kv(r)  = trust(r) * free_kv_tokens(r) - queued_kv_tokens(r) - pinned_hit(q, r)
                        >= needed_kv_tokens(q) - cached(q, r)
                                                   (the replica's queue is admitted first, FCFS)
-    cached(q, r) = prompt tokens of q the router believes r has cached (its prefix index; 0 if none)
+    cached(q, r) = prompt tokens of q the router believes r has cached (the shared estimate,
+                   estimate.py, from its prefix index; 0 if none)
     pinned_hit(q, r) = min(cached(q, r), evictable_kv_tokens(r))   (evictable_kv_tokens(r) taken as
                    trust(r) * free_kv_tokens(r) when r does not report it)
                    An engine reuses the cached blocks instead of allocating them, so q needs only
@@ -27,6 +28,8 @@ Rules, for request q and replica r (loads already reduced by the reservation led
 `state_slots_per_request` is what the replica reports one request takes, speculation's extra state
 included. A replica that never reported (age = infinity) has no load to check: it is kept aside as a
 fallback, used only when no reporting replica passes (a freshly started replica is most likely empty).
+`FitsMemory` is this rule as the headroom pipeline's `fits_memory` filter (config `FitsMemoryFilter`;
+its parameters are the router's `reports` block); the pipeline sets unreported replicas aside first.
 Parameters: 0 < stale_after_s <= drop_after_s (seconds), stale_headroom_fraction in [0, 1].
 Complexity: O(R) for R replicas.
 """
@@ -36,6 +39,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
+from ray_dspine.routing.estimate import Estimate
+from ray_dspine.routing.outcomes import STAGE_FILTER
 from ray_dspine.routing.types import ReplicaView, RequestView
 
 
@@ -110,13 +115,65 @@ def filter_replicas(
         if not view.reported:
             unreported.append(view)
             continue
-        reason = check_healthy(view) or check_fresh(view, drop_after_s)
-        if reason is None:
-            trust = trust_fraction(view, stale_after_s, stale_headroom_fraction)
-            cached = cached_tokens.get(view.replica_id, 0) if cached_tokens else 0
-            reason = check_capacity(request, view, trust, cached)
+        cached = cached_tokens.get(view.replica_id, 0) if cached_tokens else 0
+        reason = fits_memory(
+            request,
+            view,
+            stale_after_s=stale_after_s,
+            stale_headroom_fraction=stale_headroom_fraction,
+            drop_after_s=drop_after_s,
+            cached_tokens=cached,
+        )
         if reason is None:
             kept.append(view)
         else:
             rejected[view.replica_id] = reason
     return FilterResult(kept=kept, unreported=unreported, rejected=rejected)
+
+
+def fits_memory(
+    request: RequestView,
+    view: ReplicaView,
+    *,
+    stale_after_s: float,
+    stale_headroom_fraction: float,
+    drop_after_s: float,
+    cached_tokens: int = 0,
+) -> str | None:
+    """Rule `keep` for one reporting replica: None when kept, else why it is not."""
+    reason = check_healthy(view) or check_fresh(view, drop_after_s)
+    if reason is None:
+        trust = trust_fraction(view, stale_after_s, stale_headroom_fraction)
+        reason = check_capacity(request, view, trust, cached_tokens)
+    return reason
+
+
+class FitsMemory:
+    """Rule `keep` as a pipeline filter over reporting replicas, cached(q, r) from the shared estimate."""
+
+    name = "fits_memory"
+    stage = STAGE_FILTER
+
+    def __init__(self, stale_after_s: float, stale_headroom_fraction: float, drop_after_s: float):
+        self._stale_after_s = stale_after_s
+        self._stale_headroom_fraction = stale_headroom_fraction
+        self._drop_after_s = drop_after_s
+
+    def keep(self, estimate: Estimate, replicas: Sequence[ReplicaView]) -> tuple[list[ReplicaView], dict[str, str]]:
+        """(kept replicas, {removed replica_id: reason})."""
+        kept: list[ReplicaView] = []
+        rejected: dict[str, str] = {}
+        for view in replicas:
+            reason = fits_memory(
+                estimate.request,
+                view,
+                stale_after_s=self._stale_after_s,
+                stale_headroom_fraction=self._stale_headroom_fraction,
+                drop_after_s=self._drop_after_s,
+                cached_tokens=estimate.cached_tokens(view.replica_id),
+            )
+            if reason is None:
+                kept.append(view)
+            else:
+                rejected[view.replica_id] = reason
+        return kept, rejected

@@ -9,9 +9,9 @@ seconds), while a replica with a short backlog frees memory within a few decode 
                    (replicas that could hold q once their memory frees; filters.py)
     short        = eligible minus the replicas the filters kept (those short of memory now)
     backlog(r)   = pending_prefill_tokens(r) / rate(r)          seconds of prefill queued ahead
-                   (ledger-adjusted loads; rate as in scorers/predicted_ttft.py)
-    est(q, r)    = backlog(r) + uncached(q, r) / rate(r)        the predicted-TTFT estimate: q's own
-                   prefill counts, so a replica that caches q's prefix saves it
+                   (ledger-adjusted loads; backlog(r) of the shared estimate, estimate.py)
+    est(q, r)    = ttft(q, r) of the shared estimate: the backlog ahead plus uncached(q, r) / rate(r);
+                   q's own prefill counts, so a replica that caches q's prefix saves it
     r*           = the replica of `short` with the lowest est(q, r) (then replica_id)
     allow(q, c)  = max(tolerance_s, min(cached_max_s, per_cached * saved(q, c)))
                    (the TTFT guard's allowance, ttft_guard.py, with this rule's own tolerance_s:
@@ -59,9 +59,9 @@ and hit differences, engine seeds 0-2):
   went from -3.16 to -1.76 points.
 The bench slice (slice 0) never has a replica short of memory, so the rule does not fire there.
 Parameters: tolerance_s >= 0 (s); per_cached >= 0 (s per s) and cached_max_s >= 0 (s), as the guard's;
-drop_after_s > 0 (s); default_prefill_tokens_per_s > 0 (tokens/s); max_tracked >= 1 (requests);
-clock() in seconds.
-Complexity: O(n * R) (one prefix walk for the estimates).
+drop_after_s > 0 (s); max_tracked >= 1 (requests); clock() in seconds. Its config is `MemoryWaitHold`
+(config.py), a hold of the headroom pipeline.
+Complexity: O(R) (the estimate has walked the prefix index).
 """
 
 from __future__ import annotations
@@ -70,9 +70,8 @@ import time
 from collections import OrderedDict
 from typing import Callable, Sequence
 
+from ray_dspine.routing.estimate import Estimate
 from ray_dspine.routing.filters import check_fresh, fits_when_empty
-from ray_dspine.routing.prefix_index import PrefixIndex
-from ray_dspine.routing.scorers.predicted_ttft import predicted_ttft_s, prefill_rate
 from ray_dspine.routing.ttft_guard import TtftGuard
 from ray_dspine.routing.types import ReplicaView, RequestView
 
@@ -90,10 +89,10 @@ def eligible(request: RequestView, replicas: Sequence[ReplicaView], drop_after_s
 
 
 class MemoryWait:
+    name = "memory_wait"
+
     def __init__(
         self,
-        index: PrefixIndex,
-        default_prefill_tokens_per_s: float,
         tolerance_s: float,
         drop_after_s: float,
         per_cached: float = 0.0,
@@ -105,39 +104,38 @@ class MemoryWait:
             raise ValueError(f"drop_after_s must be > 0, got {drop_after_s}")
         if max_tracked < 1:
             raise ValueError(f"max_tracked must be >= 1, got {max_tracked}")
-        # The guard checks tolerance_s, per_cached, cached_max_s and the default rate.
-        self._allowance = TtftGuard(index, default_prefill_tokens_per_s, tolerance_s, per_cached, cached_max_s)
-        self._index = index
-        self._default_rate = default_prefill_tokens_per_s
+        # The guard checks tolerance_s, per_cached and cached_max_s.
+        self._allowance = TtftGuard(tolerance_s, per_cached, cached_max_s)
         self._drop_after_s = drop_after_s
         self._clock = clock
         self._max_tracked = max_tracked
         self._first_held: OrderedDict[str, float] = OrderedDict()  # request id -> first hold (rule `waited`)
 
     def hold(
-        self, request: RequestView, chosen: ReplicaView, kept: Sequence[ReplicaView], replicas: Sequence[ReplicaView]
+        self, estimate: Estimate, chosen: ReplicaView, kept: Sequence[ReplicaView], replicas: Sequence[ReplicaView]
     ) -> str | None:
-        """Why the request should wait instead of going to `chosen` (one of `kept`), or None to place it there."""
-        reason = self._hold(request, chosen, kept, replicas)
+        """Why the request should wait instead of going to `chosen` (one of `kept`, the replicas that can
+        hold it now), or None to place it there."""
+        reason = self._hold(estimate, chosen, kept, replicas)
         if reason is None:
-            self._first_held.pop(request.request_id, None)
+            self._first_held.pop(estimate.request.request_id, None)
         return reason
 
     def _hold(
-        self, request: RequestView, chosen: ReplicaView, kept: Sequence[ReplicaView], replicas: Sequence[ReplicaView]
+        self, estimate: Estimate, chosen: ReplicaView, kept: Sequence[ReplicaView], replicas: Sequence[ReplicaView]
     ) -> str | None:
+        request = estimate.request
         kept_ids = {v.replica_id for v in kept}
         short = [v for v in eligible(request, replicas, self._drop_after_s) if v.replica_id not in kept_ids]
         if not short:
             return None
-        estimates = predicted_ttft_s(self._index, self._default_rate, request, [chosen, *short])
-        chosen_est, short_est = estimates[0], estimates[1:]
-        best_est, best = min(zip(short_est, short), key=lambda pair: (pair[0], pair[1].replica_id))
-        allow_s = self._allowance.allowances_s(request, [chosen])[0]
+        chosen_est = estimate.ttft_s(chosen)
+        best_est, best = min(((estimate.ttft_s(v), v) for v in short), key=lambda pair: (pair[0], pair[1].replica_id))
+        allow_s = self._allowance.allowances_s(estimate, [chosen])[0]
         gain_s = chosen_est - best_est - allow_s
         if gain_s <= 0.0:
             return None
-        chosen_backlog, best_backlog = self._backlog_s(chosen), self._backlog_s(best)
+        chosen_backlog, best_backlog = estimate.backlog_s(chosen), estimate.backlog_s(best)
         waited_s = self._waited_s(request.request_id)
         if chosen_backlog <= best_backlog and waited_s >= gain_s:
             return None
@@ -154,6 +152,3 @@ class MemoryWait:
         while len(self._first_held) > self._max_tracked:
             self._first_held.popitem(last=False)
         return now - first
-
-    def _backlog_s(self, view: ReplicaView) -> float:
-        return view.load.pending_prefill_tokens / prefill_rate(view, self._default_rate)

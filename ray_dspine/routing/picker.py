@@ -34,3 +34,16 @@ def rank(replicas: Sequence[ReplicaView], totals: Mapping[str, float]) -> list[s
         key=lambda view: (-round(totals[view.replica_id], _TOTAL_DECIMALS), view.num_requests, view.replica_id),
     )
     return [view.replica_id for view in ordered]
+
+
+class MaxScorePicker:
+    """The `max_score` picker: weighted totals, then the order above (best first)."""
+
+    name = "max_score"
+
+    def pick(
+        self, replicas: Sequence[ReplicaView], scores: Mapping[str, Sequence[float]], weights: Mapping[str, float]
+    ) -> tuple[dict[str, float], list[str]]:
+        """(total(r) per replica, replica ids ranked)."""
+        totals = weighted_totals(replicas, scores, weights)
+        return totals, rank(replicas, totals)

@@ -1,4 +1,4 @@
-"""The headroom routing pipeline: reservations, filters, weighted scorers, picker.
+"""The headroom routing pipeline: stages listed in `RouterConfig`, run over one shared estimate.
 
     index    = each reporting replica's prefix-index capacity set to
                min(prefix_index_capacity_blocks, (total_kv_tokens(r) + host_kv_tokens(r)) // prefix_block_tokens)
@@ -6,22 +6,27 @@
                a replica whose report's cache_generation differs from its last one is first
                forgotten there (its engine restarted with an empty cache)
     views    = ledger.apply(replicas)                        (placements not yet in the reports)
-    kept     = { r in views : keep(q, r) }                   (filters.py)
-    if kept is empty and some replica never reported: rank those by requests in flight, replica_id
-    if kept is empty and never_fits(q): rank healthy replicas by requests in flight, replica_id
-                                     (waiting cannot help; the engine refuses it with a clear error)
-    if kept is empty otherwise:  wait (the request stays queued; it is not placed to be retracted)
-    near     = ttft_guard.keep(q, kept) when ttft_tolerance_s is set, else kept     (ttft_guard.py)
-    ranking  = picker.rank(near, sum_s w_s * score_s)        (scorers/*, picker.py), then unreported
-    if memory_wait_tolerance_s is set and memory_wait.hold(q, ranking[0], kept, views):
-                 wait (a replica short of memory would start q far sooner; memory_wait.py)
-    pace     = permits.judge(q, long(q, ranking[0]))        (pacing_permit.py: may a replica that paces
-               long prompts pace q; the fallbacks above leave it True)
+    E        = Estimate.of(q, index)                         (estimate.py: cached(q, r), uncached(q, r),
+               ttft(q, r) for every replica; every stage below reads it)
+    C        = the reporting views; then for each filter f of `filters`, in order:
+               C = f.keep(E, C)                              (filters.py, ttft_guard.py)
+               fitting = C after the `fits_memory` filter    (the replicas that can hold q now)
+               if C is empty and some replica never reported: rank those by requests in flight, replica_id
+               if C is empty and never_fits(q): rank healthy replicas by requests in flight, replica_id
+                                      (waiting cannot help; the engine refuses it with a clear error)
+               if C is empty otherwise: wait (the request stays queued; it is not placed to be retracted)
+    ranking  = picker.pick(C, {s: score_s(E, C)}, {s: w_s}) (scorers/*, picker.py), then unreported
+    for each hold h of `holds`, in order:
+               if h.hold(E, ranking[0], fitting, views): wait (memory_wait.py: a replica short of memory
+               would start q far sooner)
+    pace     = permits.judge(q, long(q, ranking[0]))        (pacing_permit.py, with uncached(q, r) of E:
+               may a replica that paces long prompts pace q; the fallbacks above leave it True)
 
-The filters' cached(q, r) is the prompt less uncached_tokens(q, depth(q, r)) of the prefix index (the
-TTFT scorer's estimate): a replica that caches most of a long prompt needs KV only for the rest.
+The stage lists are built once, from config, by the registry (registry.py); a scorer not listed is off.
+`Decision.rejected_by` names the stage that removed each replica (outcomes.py), and a replica the guard
+drops is listed in `Decision.rejected` with its predicted TTFT.
 
-`on_placed(q, r)` records r in the ledger (with q's uncached prompt tokens on r, predicted_ttft.py, and
+`on_placed(q, r)` records r in the ledger (with q's uncached prompt tokens on r, estimate.py, and
 the pacing permit its decision gave it as pacing_permit.py remembers it, True when none did; not yet
 received when the caller says so, until `on_received(q)`: reservations.py),
 the prefix index (all of q's blocks) and the session table; `on_completed(q)` releases the ledger
@@ -30,8 +35,7 @@ engine pins a running request's blocks and hands them to its LRU only when the r
 long request's prefix outlives placements made after it (the index would otherwise evict it first,
 while the engine still holds it). Not after r's cache generation changed or r was forgotten, and
 not for a withdrawn request (`served=False`: it never reached r). Parameters: see `RouterConfig`.
-A replica the guard drops is listed in `Decision.rejected` with its predicted TTFT.
-Complexity per decision: O(R) filters + O(n * R) prefix walk + O(S * R + R log R) scoring and ranking.
+Complexity per decision: O(n * R) prefix walk + O(F * R) filters + O(S * R + R log R) scoring and ranking.
 """
 
 from __future__ import annotations
@@ -41,23 +45,20 @@ from collections import OrderedDict
 from typing import Callable, Sequence
 
 from ray_dspine.routing.config import RouterConfig
-from ray_dspine.routing.filters import filter_replicas, never_fits
-from ray_dspine.routing.memory_wait import MemoryWait
-from ray_dspine.routing.outcomes import STAGE_FILTER, STAGE_TTFT_GUARD
+from ray_dspine.routing.estimate import Estimate, uncached_tokens
+from ray_dspine.routing.filters import never_fits
 from ray_dspine.routing.pacing_permit import PacingPermits, is_long
-from ray_dspine.routing.picker import rank, weighted_totals
 from ray_dspine.routing.prefix_index import PrefixIndex
-from ray_dspine.routing.registry import ScorerContext, build_scorers
+from ray_dspine.routing.registry import StageContext, build_filters, build_holds, build_picker, build_scorers
 from ray_dspine.routing.reservations import ReservationLedger
-from ray_dspine.routing.scorers.base import Scorer
-from ray_dspine.routing.scorers.predicted_ttft import cached_tokens, uncached_tokens
 from ray_dspine.routing.session_table import SessionTable
-from ray_dspine.routing.ttft_guard import TtftGuard
 from ray_dspine.routing.types import Decision, ReplicaView, RequestView
+
+FITTING_FILTER = "fits_memory"  # the filter whose survivors the holds are told can hold q now
 
 
 class RoutingPipeline:
-    """`clock()` gives seconds (monotonic) for the ledger; `timer()` seconds for scorer latencies."""
+    """`clock()` gives seconds (monotonic) for the ledger and holds; `timer()` seconds for scorer latencies."""
 
     def __init__(
         self,
@@ -68,72 +69,60 @@ class RoutingPipeline:
         self._config = config
         self._clock = clock
         self._timer = timer
-        self.prefix_index = PrefixIndex(config.prefix_index_capacity_blocks)
-        self.sessions = SessionTable(config.session_table_capacity)
+        estimator = config.estimator
+        self.prefix_index = PrefixIndex(estimator.prefix_index_capacity_blocks)
+        self.sessions = SessionTable(estimator.session_table_capacity)
         self.ledger = ReservationLedger(
-            clock, horizon_s=config.drop_after_s, receipt_timeout_s=config.receipt_timeout_s
+            clock, horizon_s=config.reports.drop_after_s, receipt_timeout_s=config.reports.receipt_timeout_s
         )
-        self._scorers: list[tuple[Scorer, float]] | None = None
-        self._guard: TtftGuard | None = None
-        self._memory_wait: MemoryWait | None = None
+        context = StageContext(sessions=self.sessions, reports=config.reports, clock=clock)
+        self.filters = build_filters(config.filters, context)
+        self.scorers = build_scorers(config.scorers, context)
+        self.picker = build_picker(config.picker, context)
+        self.holds = build_holds(config.holds, context)
         self._cache_generations: dict[str, int] = {}
         self._in_flight: OrderedDict[str, tuple[str, tuple[str, ...], int]] = OrderedDict()
+        pacing = config.pacing
         self.permits = PacingPermits(
-            config.pacing_max_long_share,
-            config.pacing_window_requests,
-            config.pacing_prior_requests,
-            config.pacing_prior_share,
+            pacing.max_long_share, pacing.window_requests, pacing.prior_requests, pacing.prior_share
         )
+
+    def estimate(self, request: RequestView) -> Estimate:
+        """The shared estimate of `request` from the prefix index as it is now."""
+        return Estimate.of(request, self.prefix_index, self._config.estimator.default_prefill_tokens_per_s)
 
     def choose(self, request: RequestView, replicas: Sequence[ReplicaView]) -> Decision:
-        cfg = self._config
         self._size_prefix_index(replicas)
         views = self.ledger.apply(replicas)
-        cached = self._cached_tokens(request)
-        result = filter_replicas(
-            request,
-            views,
-            stale_after_s=cfg.stale_after_s,
-            stale_headroom_fraction=cfg.stale_headroom_fraction,
-            drop_after_s=cfg.drop_after_s,
-            cached_tokens=cached,
-        )
-        fallback = [v.replica_id for v in sorted(result.unreported, key=lambda v: (v.num_requests, v.replica_id))]
-        filtered = dict.fromkeys(result.rejected, STAGE_FILTER)
-        if not result.kept:
-            if fallback:
-                return Decision(tuple(fallback), rejected=result.rejected, reason="only unreported replicas",
-                                rejected_by=filtered)
-            if never_fits(request, views):
-                healthy = sorted((v for v in views if v.load.healthy), key=lambda v: (v.num_requests, v.replica_id))
-                return Decision(
-                    tuple(v.replica_id for v in healthy),
-                    rejected=result.rejected,
-                    reason="no replica could ever hold the request; its engine refuses it",
-                    rejected_by=filtered,
-                )
-            return Decision((), wait=True, rejected=result.rejected, reason="no replica can hold the request",
-                            rejected_by=filtered, wait_kind="capacity")
-
-        candidates, rejected, rejected_by = result.kept, dict(result.rejected), dict(filtered)
-        if cfg.ttft_tolerance_s is not None:
-            candidates, dropped = self._ttft_guard().keep(request, candidates)
-            rejected.update(dropped)
-            rejected_by.update(dict.fromkeys(dropped, STAGE_TTFT_GUARD))
+        estimate = self.estimate(request)
+        unreported = sorted((v for v in views if not v.reported), key=lambda v: (v.num_requests, v.replica_id))
+        fallback = [v.replica_id for v in unreported]
+        candidates = [v for v in views if v.reported]
+        fitting = candidates
+        rejected: dict[str, str] = {}
+        rejected_by: dict[str, str] = {}
+        for stage in self.filters:
+            candidates, removed = stage.keep(estimate, candidates)
+            rejected.update(removed)
+            rejected_by.update(dict.fromkeys(removed, stage.stage))
+            if stage.name == FITTING_FILTER:
+                fitting = candidates
+            if not candidates:
+                return self._nowhere(request, views, fallback, rejected, rejected_by)
 
         scores: dict[str, list[float]] = {}
         latency_us: dict[str, float] = {}
         weights: dict[str, float] = {}
-        for scorer, weight in self._weighted_scorers():
+        for scorer, weight in self.scorers:
             start = self._timer()
-            scores[scorer.name] = scorer.score(request, candidates)
+            scores[scorer.name] = scorer.score(estimate, candidates)
             latency_us[scorer.name] = (self._timer() - start) * 1e6
             weights[scorer.name] = weight
-        totals = weighted_totals(candidates, scores, weights)
-        ranked = rank(candidates, totals) + fallback
-        if cfg.memory_wait_tolerance_s is not None:
-            chosen = next(v for v in candidates if v.replica_id == ranked[0])
-            held = self._memory_wait_rule().hold(request, chosen, result.kept, views)
+        totals, ranked = self.picker.pick(candidates, scores, weights)
+        ranked = ranked + fallback
+        chosen = next(v for v in candidates if v.replica_id == ranked[0])
+        for rule in self.holds:
+            held = rule.hold(estimate, chosen, fitting, views)
             if held is not None:
                 return Decision((), wait=True, rejected=rejected, reason=held, rejected_by=rejected_by,
                                 wait_kind="memory")
@@ -149,14 +138,33 @@ class RoutingPipeline:
             rejected=rejected,
             reason="scored",
             rejected_by=rejected_by,
-            pace=self._pacing_permit(request, next((v for v in views if v.replica_id == ranked[0]), None), cached),
+            pace=self.permits.judge(
+                request.request_id, is_long(chosen.load, estimate.uncached_tokens(chosen.replica_id))
+            ),
         )
 
-    def _pacing_permit(self, request: RequestView, chosen: ReplicaView | None, cached: dict[str, int]) -> bool:
-        """pacing_permit.py: whether the chosen replica may pace the request, if it is long there
-        (`cached`: the filters' cached(q, r), so uncached = the prompt less it, as predicted_ttft.py has it)."""
-        long = chosen is not None and is_long(chosen.load, request.prompt_tokens - cached.get(chosen.replica_id, 0))
-        return self.permits.judge(request.request_id, long)
+    def _nowhere(
+        self,
+        request: RequestView,
+        views: Sequence[ReplicaView],
+        fallback: list[str],
+        rejected: dict[str, str],
+        rejected_by: dict[str, str],
+    ) -> Decision:
+        """The fallbacks when a filter leaves no replica: unreported ones, never-fits, or wait."""
+        if fallback:
+            return Decision(tuple(fallback), rejected=rejected, reason="only unreported replicas",
+                            rejected_by=rejected_by)  # fmt: skip
+        if never_fits(request, views):
+            healthy = sorted((v for v in views if v.load.healthy), key=lambda v: (v.num_requests, v.replica_id))
+            return Decision(
+                tuple(v.replica_id for v in healthy),
+                rejected=rejected,
+                reason="no replica could ever hold the request; its engine refuses it",
+                rejected_by=rejected_by,
+            )
+        return Decision((), wait=True, rejected=rejected, reason="no replica can hold the request",
+                        rejected_by=rejected_by, wait_kind="capacity")  # fmt: skip
 
     def on_placed(self, request: RequestView, replica_id: str, received: bool = True) -> None:
         depth = self.prefix_index.depths(request.prefix_hashes).get(replica_id, 0) if request.prefix_hashes else 0
@@ -173,7 +181,7 @@ class RoutingPipeline:
         if request.prefix_hashes:
             generation = self._cache_generations.get(replica_id, 0)
             self._in_flight[request.request_id] = (replica_id, request.prefix_hashes, generation)
-            while len(self._in_flight) > self._config.session_table_capacity:  # requests never completed
+            while len(self._in_flight) > self._config.estimator.session_table_capacity:  # requests never completed
                 self._in_flight.popitem(last=False)
 
     def on_received(self, request_id: str) -> None:
@@ -194,13 +202,6 @@ class RoutingPipeline:
         self.sessions.remove_replica(replica_id)
         self.ledger.forget_replica(replica_id)
 
-    def _cached_tokens(self, request: RequestView) -> dict[str, int]:
-        """Prompt tokens each replica is believed to cache (the filters' cached(q, r))."""
-        if not request.prefix_hashes:
-            return {}
-        depths = self.prefix_index.depths(request.prefix_hashes)
-        return {rid: cached_tokens(request, depth) for rid, depth in depths.items()}
-
     def _size_prefix_index(self, replicas: Sequence[ReplicaView]) -> None:
         for view in replicas:
             if view.reported:
@@ -210,47 +211,7 @@ class RoutingPipeline:
                     self.prefix_index.remove_replica(view.replica_id)
             if view.reported and view.load.total_kv_tokens > 0:
                 held_tokens = view.load.total_kv_tokens + view.load.host_kv_tokens
-                blocks = max(1, held_tokens // self._config.prefix_block_tokens)
-                capacity = min(self._config.prefix_index_capacity_blocks, blocks)
+                blocks = max(1, held_tokens // self._config.estimator.prefix_block_tokens)
+                capacity = min(self._config.estimator.prefix_index_capacity_blocks, blocks)
                 if self.prefix_index.capacity(view.replica_id) != capacity:
                     self.prefix_index.resize(view.replica_id, capacity)
-
-    def _ttft_guard(self) -> TtftGuard:
-        if self._guard is None:
-            cfg = self._config
-            self._guard = TtftGuard(
-                self.prefix_index,
-                cfg.default_prefill_tokens_per_s,
-                cfg.ttft_tolerance_s or 0.0,
-                per_cached=cfg.ttft_tolerance_per_cached_s,
-                cached_max_s=cfg.ttft_tolerance_cached_max_s,
-            )
-        return self._guard
-
-    def _memory_wait_rule(self) -> MemoryWait:
-        if self._memory_wait is None:
-            cfg = self._config
-            self._memory_wait = MemoryWait(
-                self.prefix_index,
-                cfg.default_prefill_tokens_per_s,
-                cfg.memory_wait_tolerance_s or 0.0,
-                cfg.drop_after_s,
-                per_cached=cfg.ttft_tolerance_per_cached_s,
-                cached_max_s=cfg.ttft_tolerance_cached_max_s,
-                clock=self._clock,
-            )
-        return self._memory_wait
-
-    def _weighted_scorers(self) -> list[tuple[Scorer, float]]:
-        if self._scorers is None:
-            context = ScorerContext(
-                prefix_index=self.prefix_index,
-                sessions=self.sessions,
-                default_prefill_tokens_per_s=self._config.default_prefill_tokens_per_s,
-                latency_slack_s=self._config.latency_slack_s,
-                ttft_indifference_s=self._config.ttft_indifference_s,
-                typical_output_tokens=self._config.typical_output_tokens,
-                prefix_half_tokens=self._config.prefix_half_tokens,
-            )
-            self._scorers = build_scorers(self._config.weights, context)
-        return self._scorers

@@ -39,10 +39,15 @@ def build_policy(config: RouterConfig, clock: Callable[[], float] = time.monoton
         return RoutingPipeline(config, clock)
     if config.policy == "cache_aware":
         return CacheAwarePolicy(
-            config.cache_aware, clock, horizon_s=config.drop_after_s, receipt_timeout_s=config.receipt_timeout_s
+            config.cache_aware,
+            clock,
+            horizon_s=config.reports.drop_after_s,
+            receipt_timeout_s=config.reports.receipt_timeout_s,
         )
     if config.policy == "least_load":
-        return LeastLoadPolicy(clock, horizon_s=config.drop_after_s, receipt_timeout_s=config.receipt_timeout_s)
+        return LeastLoadPolicy(
+            clock, horizon_s=config.reports.drop_after_s, receipt_timeout_s=config.reports.receipt_timeout_s
+        )
     raise ValueError(
         "policy 'pow2' means Ray's default PowerOfTwoChoices router: leave request_router_class unset"
     )

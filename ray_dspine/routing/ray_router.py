@@ -100,7 +100,8 @@ class DSpineRequestRouter(RequestRouter):
         self.last_decision: Decision | None = None
         self._decision_log = DecisionLog.from_env()
         self.metrics = RoutingMetrics(config.policy)
-        self._homes = SessionTable(config.session_table_capacity)  # session -> replica of its last placement
+        # session -> replica of its last placement
+        self._homes = SessionTable(config.estimator.session_table_capacity)
         # request_id -> (home, candidates, rejected_by) of its latest decision that named a replica
         self._judged: dict[str, tuple[str | None, frozenset[str], dict[str, str]]] = {}
         self._held: dict[str, None] = {}  # requests told to wait, counted once, not yet placed
@@ -119,9 +120,8 @@ class DSpineRequestRouter(RequestRouter):
             return [list(candidate_replicas)] if candidate_replicas else []
         by_id = {r.replica_id.unique_id: r for r in candidate_replicas}
         now = time.time()
-        views = [
-            replica_view(rid, r.routing_stats, now, self._config.assumed_stats_age_s) for rid, r in by_id.items()
-        ]
+        assumed_age_s = self._config.reports.assumed_stats_age_s
+        views = [replica_view(rid, r.routing_stats, now, assumed_age_s) for rid, r in by_id.items()]
         log = self._decision_log
         ledger = getattr(self._policy, "ledger", None) if log is not None else None
         believed = ledger.apply(views) if ledger is not None else None  # what the ledger adds, for the log

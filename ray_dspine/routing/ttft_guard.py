@@ -1,9 +1,9 @@
 """TTFT guard: locality may choose among replicas only while it costs little first-token time.
 
-    est(q, r)    = (pending_prefill_tokens(r) + uncached(q, r)) / rate(r)     seconds
-                   (the predicted_ttft estimate, scorers/predicted_ttft.py: a prefix hit on r already
+    est(q, r)    = ttft(q, r) of the shared estimate (estimate.py): the prefill backlog ahead of q
+                   plus q's uncached prompt, over r's rate, seconds (a prefix hit on r already
                    lowers it by the prefill it saves)
-    saved(q, r)  = (prompt_tokens(q) - uncached(q, r)) / rate(r)              seconds of prefill r's
+    saved(q, r)  = saved(q, r) of the estimate: cached(q, r) / rate(r), seconds of prefill r's
                    cached prefix saves
     allow(q, r)  = max(tolerance_s, min(cached_max_s, per_cached * saved(q, r)))
     keep(q, r)   = est(q, r) <= min_r' est(q, r') + allow(q, r)
@@ -17,17 +17,17 @@ to `cached_max_s`. A turn with 25,000 cached tokens (2.5 s of prefill at 10,000 
 wait 10 s over the best at per_cached 4, and keeps its hit; a short turn, whose hit saves little,
 still moves once the wait passes `tolerance_s`.
 Parameters: tolerance_s >= 0 (s); per_cached >= 0 (s of waiting per s saved; 0: no extension);
-cached_max_s >= 0 (s); default_prefill_tokens_per_s > 0 (for replicas that report no rate).
-Complexity: O(n * R) (one prefix walk, one estimate per replica).
+cached_max_s >= 0 (s). Its config is `TtftGuardFilter` (config.py), a filter of the headroom pipeline.
+Complexity: O(R) (the estimate has walked the prefix index).
 """
 
 from __future__ import annotations
 
 from typing import Sequence
 
-from ray_dspine.routing.prefix_index import PrefixIndex
-from ray_dspine.routing.scorers.predicted_ttft import cached_tokens, prefill_rate, predicted_ttft_s
-from ray_dspine.routing.types import ReplicaView, RequestView
+from ray_dspine.routing.estimate import Estimate
+from ray_dspine.routing.outcomes import STAGE_TTFT_GUARD
+from ray_dspine.routing.types import ReplicaView
 
 
 def within_tolerance(estimates_s: Sequence[float], tolerance_s: float) -> list[bool]:
@@ -44,41 +44,30 @@ def within_allowances(estimates_s: Sequence[float], allowances_s: Sequence[float
 
 
 class TtftGuard:
-    def __init__(
-        self,
-        index: PrefixIndex,
-        default_prefill_tokens_per_s: float,
-        tolerance_s: float,
-        per_cached: float = 0.0,
-        cached_max_s: float = 0.0,
-    ):
+    name = "ttft_guard"
+    stage = STAGE_TTFT_GUARD
+
+    def __init__(self, tolerance_s: float, per_cached: float = 0.0, cached_max_s: float = 0.0):
         for name, value in (("tolerance_s", tolerance_s), ("per_cached", per_cached), ("cached_max_s", cached_max_s)):
             if value < 0.0:
                 raise ValueError(f"{name} must be >= 0, got {value}")
-        if default_prefill_tokens_per_s <= 0.0:
-            raise ValueError(f"default_prefill_tokens_per_s must be > 0, got {default_prefill_tokens_per_s}")
-        self._index = index
-        self._default_rate = default_prefill_tokens_per_s
         self._tolerance_s = tolerance_s
         self._per_cached = per_cached
         self._cached_max_s = cached_max_s
 
-    def allowances_s(self, request: RequestView, replicas: Sequence[ReplicaView]) -> list[float]:
+    def allowances_s(self, estimate: Estimate, replicas: Sequence[ReplicaView]) -> list[float]:
         """allow(q, r) for every replica, in the order given (seconds)."""
         if self._per_cached == 0.0:
             return [self._tolerance_s] * len(replicas)
-        depths = self._index.depths(request.prefix_hashes) if request.prefix_hashes else {}
-        out = []
-        for view in replicas:
-            cached = cached_tokens(request, depths.get(view.replica_id, 0))
-            saved_s = cached / prefill_rate(view, self._default_rate)
-            out.append(max(self._tolerance_s, min(self._cached_max_s, self._per_cached * saved_s)))
-        return out
+        return [
+            max(self._tolerance_s, min(self._cached_max_s, self._per_cached * estimate.saved_s(view)))
+            for view in replicas
+        ]
 
-    def keep(self, request: RequestView, replicas: Sequence[ReplicaView]) -> tuple[list[ReplicaView], dict[str, str]]:
+    def keep(self, estimate: Estimate, replicas: Sequence[ReplicaView]) -> tuple[list[ReplicaView], dict[str, str]]:
         """(kept replicas, {dropped replica_id: reason})."""
-        estimates = predicted_ttft_s(self._index, self._default_rate, request, replicas)
-        allowances = self.allowances_s(request, replicas)
+        estimates = [estimate.ttft_s(view) for view in replicas]
+        allowances = self.allowances_s(estimate, replicas)
         flags = within_allowances(estimates, allowances)
         best = min(estimates, default=0.0)
         kept = [view for view, ok in zip(replicas, flags) if ok]

@@ -28,7 +28,8 @@ class Ingress:
     async def __init__(self, config: AppConfig, handles: dict):
         self.core = IngressCore(config, handles)
         app_name = serve.get_replica_context().app_name
-        monitor = HealthMonitor(list(handles), serve_status_source(app_name, list(handles)))
+        monitor = HealthMonitor(list(handles), serve_status_source(app_name, list(handles)),
+                                on_snapshot=self.core.replicas_running)  # fmt: skip
         await monitor.refresh()  # a first snapshot before the first probe
         monitor.start()
         self.core.health_monitor = monitor

@@ -6,6 +6,8 @@ Rules:
              RUNNING; Serve counts a replica RUNNING only while its health checks (EngineReplica.check_health)
              pass, and replaces one that fails them. No call reaches a pool replica.
   snapshot   the last answer and the monotonic time it arrived; a failed refresh keeps the previous snapshot.
+             Each new snapshot is also handed to `on_snapshot` (the ingress's admission reads pool outages
+             from it: admission.py, rule outage).
   ready      200 when the snapshot is at most STALE_AFTER_S old and every configured pool has at least one
              RUNNING replica; 503 otherwise, naming the pools without one (all of them before the first
              snapshot, or when the snapshot is stale) in `unready_pools`, with an OpenAI-style `error` object
@@ -81,12 +83,14 @@ class HealthMonitor:
     """Holds the snapshot (the `snapshot` rule) and refreshes it from `source` every `refresh_s`."""
 
     def __init__(self, pools: list[str], source: Callable[[], dict[str, int]], *, refresh_s: float = REFRESH_S,
-                 stale_after_s: float = STALE_AFTER_S, clock: Callable[[], float] = time.monotonic):
+                 stale_after_s: float = STALE_AFTER_S, clock: Callable[[], float] = time.monotonic,
+                 on_snapshot: Callable[[dict[str, int]], None] | None = None):
         self.pools = list(pools)
         self.source = source
         self.refresh_s = refresh_s
         self.stale_after_s = stale_after_s
         self.clock = clock
+        self.on_snapshot = on_snapshot
         self.running: dict[str, int] | None = None
         self.updated_at: float | None = None
         self._task: asyncio.Task | None = None
@@ -98,6 +102,8 @@ class HealthMonitor:
             log.warning("replica states not refreshed: %s", type(exc).__name__)
             return
         self.running, self.updated_at = dict(running), self.clock()
+        if self.on_snapshot is not None:
+            self.on_snapshot(dict(running))
 
     def start(self) -> None:
         if self._task is None:

@@ -9,8 +9,11 @@ serves without its drafter), and `Server-Timing`
 (where the time to the first chunk went: server_timing.py). The first chunk is awaited before the
 response starts, so a refusal from the engine still becomes a 4xx.
 Before the call, admission.py decides by time: a request whose estimated completion would pass its deadline
-(`request_timeout_s`, or the client's `x-dspine-deadline-ms`) is refused at once with 429 and a Retry-After
-from the same estimate; that deadline is also the request's end-to-end deadline (504 past it).
+(`request_timeout_s`, or the client's `x-dspine-deadline-ms`) is refused at once with 429 (503 while its pool
+has no healthy replica) and a Retry-After from the same estimate; that deadline is also the request's
+end-to-end deadline (504 past it). The health monitor's snapshots feed the pools' outage state
+(`replicas_running`); when a pool's outage begins, every request of it still waiting for its first chunk is
+judged again and, if it can no longer finish in time, answered that 503 at once.
 Faults: a call whose replica stopped before its first chunk is made again on a live replica, at most
 `retry_unstarted_attempts` more times, never once anything was sent; a stream cut later ends with an error
 event, a terminal chunk with finish_reason "error" and `[DONE]` (responses.py), and a non-streaming request
@@ -66,6 +69,18 @@ class IngressCore:
         self.admission = admission or Admission.from_config(config, time.monotonic)  # the deadlines' clock
         self.started_at = int(time.time())
         self.health_monitor: HealthMonitor | None = None  # set by the Serve deployment (app.py)
+        self._outage_waiters: dict[str, set[asyncio.Future]] = {name: set() for name in handles}  # woken when one begins
+
+    def replicas_running(self, running: dict[str, int]) -> None:
+        """A health snapshot's RUNNING replicas per pool: update the pools' outage state and wake the requests
+        of a pool whose outage begins, so that they are judged again (first_chunk)."""
+        for name, count in running.items():
+            if name in self._outage_waiters and self.admission.pool(name).replicas_running(count):
+                log.warning("pool %s has no healthy replica; waiting requests are judged again", name)
+                waiters, self._outage_waiters[name] = self._outage_waiters[name], set()
+                for waiter in waiters:
+                    if not waiter.done():
+                        waiter.set_result(None)
 
     # -- checks -----------------------------------------------------------------------------
     def authenticate(self, request: Request) -> None:
@@ -206,8 +221,8 @@ class IngressCore:
             handle = self.handles[typed.pool].options(stream=True, session_id=typed.session_id or "")
             stream = handle.generate.remote(typed) if token_ids is None else handle.generate.remote(typed, token_ids)
             try:
-                return stream, await responses.next_chunk(stream, deadline)
-            except responses.DeadlineExceeded:
+                return stream, await self._first_unless_refused(stream, typed.pool, deadline)
+            except (responses.DeadlineExceeded, ApiError):
                 stream.cancel()
                 raise
             except StopAsyncIteration as exc:
@@ -220,11 +235,38 @@ class IngressCore:
             except Exception as exc:
                 if attempt + 1 >= attempts or not responses.replica_stopped(exc):
                     raise
+                self._refuse_if_unmeetable(typed.pool, deadline)
                 log.warning(
                     "request %s: its replica stopped before the first chunk (%s); trying again (%d of %d)",
                     typed.request_id, type(exc).__name__, attempt + 2, attempts,
                 )  # fmt: skip
         raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _refuse_if_unmeetable(self, pool: str, deadline: float) -> None:
+        """Raise the admission's refusal (an ApiError) for a request of `pool` that can no longer finish in time."""
+        verdict = self.admission.pool(pool).decide(deadline - time.monotonic())
+        if not verdict.admit:
+            raise ApiError(verdict.status, verdict.message, code=verdict.code, retry_after_s=verdict.retry_after_s)
+
+    async def _first_unless_refused(self, stream, pool: str, deadline: float) -> Chunk:
+        """The stream's first chunk; each time an outage of the pool begins meanwhile, the request is judged
+        again and the admission's refusal raised when it can no longer finish in time."""
+        chunk = asyncio.ensure_future(responses.next_chunk(stream, deadline))
+        try:
+            while True:
+                outage = asyncio.get_running_loop().create_future()
+                self._outage_waiters[pool].add(outage)
+                try:
+                    await asyncio.wait({chunk, outage}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    outage.cancel()
+                    self._outage_waiters[pool].discard(outage)
+                if chunk.done():
+                    return chunk.result()
+                self._refuse_if_unmeetable(pool, deadline)
+        finally:
+            if not chunk.done():
+                chunk.cancel()
 
     async def _serve(self, request: Request, *, chat: bool) -> Response:
         retry = self.server.retry_after_s
@@ -239,8 +281,9 @@ class IngressCore:
         admission = self.admission.pool(typed.pool)
         verdict = admission.decide(deadline - time.monotonic())
         if not verdict.admit:
-            self.metrics.record_refusal(typed, Chunk(error=verdict.message, error_status=429))
-            return error_response(ApiError(429, verdict.message, code=verdict.code, retry_after_s=verdict.retry_after_s))
+            self.metrics.record_refusal(typed, Chunk(error=verdict.message, error_status=verdict.status))
+            return error_response(ApiError(verdict.status, verdict.message, code=verdict.code,
+                                           retry_after_s=verdict.retry_after_s))  # fmt: skip
         ticket = admission.begin(deadline)
         started = time.monotonic()
         token_ids = None if chat else parsed.prompt_token_ids()

@@ -18,7 +18,8 @@ def request_router_config(options: DeploymentOptions):
     if policy == "pow2":
         return None
     # A report that carries no timestamp is taken to be one period old.
-    router = options.router.model_copy(update={"assumed_stats_age_s": options.routing_stats_period_s})
+    reports = options.router.reports.model_copy(update={"assumed_stats_age_s": options.routing_stats_period_s})
+    router = options.router.model_copy(update={"reports": reports})
     return RequestRouterConfig(
         request_router_class=ROUTER_CLASSES[policy],
         request_router_kwargs=router.model_dump(),

@@ -98,7 +98,7 @@ def test_builtin_prompts_cover_the_three_kinds():
     kinds = {prompt.kind for prompt in prompts}
     assert {"open_chat", "code_edit", "agent_tool_call", "completion"} <= kinds
     assert len(load_prompts("builtin", 3)) == 3
-    assert any(m.role == "tool" for p in prompts if p.messages for m in p.messages)
+    assert any(m["role"] == "tool" for p in prompts if p.messages for m in p.messages)
 
 
 def test_prompt_file_needs_messages_or_prompt(tmp_path):
@@ -211,3 +211,23 @@ def test_cli_bad_input_names_the_flag_and_exits_2(tmp_path, capsys, flags, named
     assert args.func(args) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and named.format(**paths) in err and "Traceback" not in err
+
+
+def test_every_builtin_chat_prompt_is_a_request_the_ingress_accepts():
+    from ray_dspine.serve.openai_schema import ChatCompletionRequest
+
+    chats = [p for p in load_prompts("builtin") if p.messages is not None]
+    for prompt in chats:
+        ChatCompletionRequest.model_validate({"model": "m", "messages": prompt.messages})  # raises on a bad prompt
+    tool_messages = [m for p in chats for m in p.messages if m["role"] == "tool"]
+    assert len(tool_messages) == 2 and all(m["tool_call_id"].startswith("call_") for m in tool_messages)
+
+
+def test_a_tool_message_without_its_tool_call_id_is_refused_naming_it(tmp_path):
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps([{"id": "t", "messages": [
+        {"role": "user", "content": "run the tests"},
+        {"role": "assistant", "content": "ok"},
+        {"role": "tool", "content": "1 failed"}]}]))
+    with pytest.raises(ValueError, match=r"prompt 't'.*messages\.2.*tool_call_id"):
+        load_prompts(str(path))

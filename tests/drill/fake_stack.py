@@ -9,7 +9,8 @@ It is a raw ASGI app served by uvicorn on 127.0.0.1 (a port the OS picks) in a b
              runs to its end even when the client hung up; while any runs, a non-streamed answer waits
              `busy_delay_s` first (a stack that does not stop abandoned work).
              `cut_streams` holds the 1-based numbers of streamed requests to end after their first chunk
-             without [DONE]. `burst_plan`, when set, answers the non-streamed requests carrying the deadline
+             without [DONE]; `held_streams` those that never answer (queued until the server stops). Each
+             stream's x-dspine-deadline-ms header (or None) is kept in `stream_deadline_headers`. `burst_plan`, when set, answers the non-streamed requests carrying the deadline
              header by arrival number: "200", "429" (with Retry-After: 1) or "503" (without it).
   kill       `kill()` ends every stream open at that moment with an error event (finish_reason "error") and
              [DONE], except the streams numbered in `cut_on_kill`, which break off. After it, /health/ready answers 503 and
@@ -40,11 +41,14 @@ def _key(method: str, path: str, content_type: str | None, body: bytes) -> tuple
 class FakeStack:
     def __init__(self, *, misbehave: dict[str, str] | None = None, cut_streams: set[int] = frozenset(),
                  chunk_delay_s: float = 0.01, burst_plan: list[str] | None = None,
-                 cut_on_kill: set[int] = frozenset(), down_s: float = 0.6, busy_delay_s: float = 0.0):
+                 cut_on_kill: set[int] = frozenset(), down_s: float = 0.6, busy_delay_s: float = 0.0,
+                 held_streams: set[int] = frozenset()):
         cases = corpus(MODEL, LIMIT)
         self.cases = {_key(c.method, c.path, c.headers.get("content-type"), c.body): c for c in cases}
         self.misbehave = misbehave or {}
         self.cut_streams = set(cut_streams)
+        self.held_streams = set(held_streams)
+        self.stream_deadline_headers: list[str | None] = []
         self.chunk_delay_s = chunk_delay_s
         self.burst_plan = burst_plan
         self.cut_on_kill = set(cut_on_kill)
@@ -145,6 +149,10 @@ class FakeStack:
                 await asyncio.sleep(self.busy_delay_s)
             return await _json(send, 200, _completion())
         self.num_streams += 1
+        self.stream_deadline_headers.append(headers.get("x-dspine-deadline-ms"))
+        if self.num_streams in self.held_streams:
+            await self.stopping.wait()
+            return
         self.live_streams += 1
         try:
             await self._stream(send, self.num_streams, int(request["max_tokens"]))

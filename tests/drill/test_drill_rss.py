@@ -80,3 +80,39 @@ def test_rule_growth_percent():
     assert growth_percent(snap(60, 40), snap(63, 42)) == pytest.approx(5.0)  # 100 -> 105 MiB
     assert growth_percent(snap(100), snap(90)) == pytest.approx(-10.0)
     assert growth_percent(snap(), snap(5)) == 0.0
+
+
+def _snap(total_mib):
+    return RssSnapshot(session="session_x", processes=[ProcessRss(pid=1, command="raylet",
+                                                                  rss_bytes=int(total_mib * MIB))])
+
+
+class _Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.now += seconds
+
+
+def test_rule_peak_is_the_largest_total_over_the_samples():
+    from ray_dspine.drill.rss import watch_peak
+
+    clock = _Clock()
+    totals = iter([100, 130, 120, 125])
+    peak = watch_peak(lambda: _snap(next(totals)), duration_s=3.5, every_s=1.0, clock=clock, sleep=clock.sleep)
+    # samples at t = 0, 1, 2, 3 (a fifth at t = 4 would pass 3.5 s): the largest total, 130 MiB, came at t = 1
+    assert (peak.num_samples, peak.at_s, peak.snapshot.total_bytes) == (4, 1.0, 130 * MIB)
+
+
+def test_rule_peak_ends_when_the_cluster_stops_or_is_asked_to():
+    from ray_dspine.drill.rss import watch_peak
+
+    clock = _Clock()
+    answers = iter([_snap(100), _snap(90), None, _snap(500)])
+    peak = watch_peak(lambda: next(answers), duration_s=60, every_s=1.0, clock=clock, sleep=clock.sleep)
+    assert (peak.num_samples, peak.snapshot.total_bytes) == (2, 100 * MIB)  # the None ended it: 500 never read
+    assert watch_peak(lambda: _snap(1), 60, 1.0, clock=clock, sleep=clock.sleep, stopped=lambda: True) is None

@@ -134,6 +134,16 @@ def test_kill_counts_a_stream_that_breaks_off_as_lost(tmp_path, stacks):
     assert kill["reason"] == "1 stream(s) lost"
 
 
+def test_kill_counts_a_queued_stream_left_without_an_answer_as_lost(tmp_path, stacks):
+    fake = stacks(held_streams={4})  # stream 4 waits in a queue and is never answered before the client's 1 s
+    code, _, by = _run(tmp_path, fake, killer=FakeKiller(fake), ray_address="fake:1", only=["kill"], kill_streams=4)
+    kill = by["kill"]
+    assert code == 1 and kill["figures"]["num_affected"] == 3 and kill["hung"] == 1 and kill["lost"] == 1
+    assert kill["reason"] == "1 stream(s) lost"
+    # every stream told the server how long its client waits: the 1 s client timeout
+    assert fake.stream_deadline_headers == ["1000"] * 4
+
+
 def test_soak_fails_on_rss_growth(tmp_path, stacks):
     fake = stacks()
     # rss is read at the drill's start, the soak's start, the soak's end, the drill's end: 100 -> 106 MiB is 6%.

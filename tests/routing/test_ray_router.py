@@ -114,7 +114,7 @@ def wait_for_stats(handle, expected_rank: int, deadline_s: float = 20.0) -> None
 def test_headroom_router_places_on_the_replica_that_can_hold(serve_instance):
     board = LoadBoard.options(name=BOARD_NAME).remote()
     app = FixedHeadroomReplica.options(
-        request_router_config=router_config(HeadroomRequestRouter, assumed_stats_age_s=STATS_PERIOD_S)
+        request_router_config=router_config(HeadroomRequestRouter, reports={"assumed_stats_age_s": STATS_PERIOD_S})
     ).bind()
     handle = serve.run(app, name="headroom", route_prefix=None)
     wait_for_stats(handle, expected_rank=1)

@@ -5,7 +5,8 @@ import math
 import pytest
 
 from ray_dspine.engines.protocol import LoadSnapshot
-from ray_dspine.routing.config import RouterConfig
+from ray_dspine.routing.config import MemoryWaitHold, RouterConfig
+from ray_dspine.routing.estimate import Estimate
 from ray_dspine.routing.memory_wait import MemoryWait, eligible
 from ray_dspine.routing.pipeline import RoutingPipeline
 from ray_dspine.routing.prefix_index import PrefixIndex
@@ -42,13 +43,24 @@ def test_rule_eligible_replicas_could_hold_the_request_once_memory_frees():
     assert [v.replica_id for v in eligible(q, replicas, drop_after_s=60.0)] == ["full", "free"]
 
 
+class IndexedRule:
+    """A MemoryWait and the prefix index its decisions' shared estimates are built from."""
+
+    def __init__(self, index: PrefixIndex, **params):
+        self.index = index
+        self.rule = MemoryWait(**params)
+
+    def hold(self, q, chosen, kept, replicas):
+        return self.rule.hold(Estimate.of(q, self.index, RATE), chosen, kept, replicas)
+
+
 def hold(rule, q, chosen, kept, replicas):
     by_id = {v.replica_id: v for v in replicas}
     return rule.hold(q, by_id[chosen], [by_id[k] for k in kept], replicas)
 
 
 def test_rule_hold_when_the_chosen_replica_would_start_it_more_than_the_tolerance_later():
-    rule = MemoryWait(PrefixIndex(), RATE, tolerance_s=4.0, drop_after_s=60.0)
+    rule = IndexedRule(PrefixIndex(), tolerance_s=4.0, drop_after_s=60.0)
     q = request()  # 10,000 tokens, nothing cached: 1.0 s of its own prefill on either replica
     # est: fits 90,000 / 10,000 + 1 = 10.0 s; full 20,000 / 10,000 + 1 = 3.0 s; 10 > 3 + 4, and 9 > 2 s queued
     replicas = [view("fits", backlog_tokens=90_000), view("full", backlog_tokens=20_000, free_kv_tokens=0)]
@@ -61,7 +73,7 @@ def test_rule_hold_when_the_chosen_replica_would_start_it_more_than_the_toleranc
 
 
 def test_rule_only_replicas_short_of_memory_are_waited_for():
-    rule = MemoryWait(PrefixIndex(), RATE, tolerance_s=4.0, drop_after_s=60.0)
+    rule = IndexedRule(PrefixIndex(), tolerance_s=4.0, drop_after_s=60.0)
     q = request()
     # "fast" (no backlog) fits now as well: choosing between replicas that fit is the TTFT guard's job
     replicas = [view("slow", backlog_tokens=90_000), view("fast")]
@@ -72,12 +84,12 @@ def test_rule_only_replicas_short_of_memory_are_waited_for():
 
 def rule_where_home_caches_all_of_a_40k_prompt(
     clock=lambda: 0.0, max_tracked: int = 10_000
-) -> tuple[MemoryWait, RequestView]:
+) -> tuple[IndexedRule, RequestView]:
     """A 2 s rule whose index has all four of the request's blocks on "home"; the request is 40,000 tokens
     (4.0 s of prefill wherever it is not cached, 0 s on home)."""
     index = PrefixIndex()
     index.insert(["h0", "h1", "h2", "h3"], "home")
-    rule = MemoryWait(index, RATE, tolerance_s=2.0, drop_after_s=60.0, clock=clock, max_tracked=max_tracked)
+    rule = IndexedRule(index, tolerance_s=2.0, drop_after_s=60.0, clock=clock, max_tracked=max_tracked)
     return rule, request(prompt_tokens=40_000)
 
 
@@ -163,13 +175,13 @@ def test_rule_a_long_cached_prefix_on_the_chosen_replica_widens_the_allowance():
     q = request(prompt_tokens=40_000)
     # est: home 100,000 / 10,000 + 10,000 / 10,000 = 11.0 s; other 0 + 40,000 / 10,000 = 4.0 s, but full
     replicas = [view("home", backlog_tokens=100_000), view("other", free_kv_tokens=0)]
-    plain = MemoryWait(index, RATE, tolerance_s=4.0, drop_after_s=60.0)
+    plain = IndexedRule(index, tolerance_s=4.0, drop_after_s=60.0)
     assert hold(plain, q, "home", ["home"], replicas) is not None  # 11 > 4 + 4
     # allow(home) = max(4, min(12, 4 * 3.0)) = 12 s: 11 <= 4 + 12, placed at home
-    widened = MemoryWait(index, RATE, tolerance_s=4.0, drop_after_s=60.0, per_cached=4.0, cached_max_s=12.0)
+    widened = IndexedRule(index, tolerance_s=4.0, drop_after_s=60.0, per_cached=4.0, cached_max_s=12.0)
     assert hold(widened, q, "home", ["home"], replicas) is None
     # the cap: allow = max(4, min(5, 12)) = 5 s: 11 > 4 + 5, held
-    capped = MemoryWait(index, RATE, tolerance_s=4.0, drop_after_s=60.0, per_cached=4.0, cached_max_s=5.0)
+    capped = IndexedRule(index, tolerance_s=4.0, drop_after_s=60.0, per_cached=4.0, cached_max_s=5.0)
     assert "allowed 5.00s" in hold(capped, q, "home", ["home"], replicas)
 
 
@@ -189,18 +201,18 @@ def test_rule_the_wait_ends_once_the_chosen_backlog_drains_to_the_tolerance():
     assert placed.ranked_replica_ids == ("fits",) and not placed.wait
 
 
-def test_rule_none_turns_the_wait_off():
-    p = RoutingPipeline(RouterConfig(memory_wait_tolerance_s=None), clock=lambda: 100.0)
+def test_rule_no_hold_listed_turns_the_wait_off():
+    p = RoutingPipeline(RouterConfig(holds=[]), clock=lambda: 100.0)
     decision = p.choose(request(), [view("fits", backlog_tokens=100_000), view("full", free_kv_tokens=0)])
     assert decision.ranked_replica_ids == ("fits",)
 
 
 def test_bad_parameters_are_refused():
     with pytest.raises(ValueError, match="tolerance_s must be >= 0"):
-        MemoryWait(PrefixIndex(), RATE, tolerance_s=-1.0, drop_after_s=60.0)
+        IndexedRule(PrefixIndex(), tolerance_s=-1.0, drop_after_s=60.0)
     with pytest.raises(ValueError, match="drop_after_s must be > 0"):
-        MemoryWait(PrefixIndex(), RATE, tolerance_s=4.0, drop_after_s=0.0)
+        IndexedRule(PrefixIndex(), tolerance_s=4.0, drop_after_s=0.0)
     with pytest.raises(ValueError, match="max_tracked must be >= 1"):
-        MemoryWait(PrefixIndex(), RATE, tolerance_s=4.0, drop_after_s=60.0, max_tracked=0)
+        IndexedRule(PrefixIndex(), tolerance_s=4.0, drop_after_s=60.0, max_tracked=0)
     with pytest.raises(ValueError, match="greater than or equal to 0"):
-        RouterConfig(memory_wait_tolerance_s=-0.5)
+        MemoryWaitHold(tolerance_s=-0.5)

@@ -61,7 +61,7 @@ TURN = RequestView("q1", session_id="s", prefix_hashes=("h0", "h1"), prompt_toke
 def test_pipeline_names_the_guard_as_the_stage_that_dropped_a_replica():
     # a: (100,000 backlog + 32,768 uncached) / 10,000 = 13.28 s; b: 6.55 s; over 6.55 + 5 (no extension for
     # the cached half): a is dropped
-    guarded = sticky_pipeline(ttft_tolerance_s=5.0, ttft_tolerance_per_cached_s=0.0)
+    guarded = sticky_pipeline(filters=[{"type": "fits_memory"}, {"type": "ttft_guard", "tolerance_s": 5.0, "per_cached_s": 0.0}])
     decision = guarded.choose(TURN, [view("a", backlog_tokens=100_000), view("b")])
     assert decision.ranked_replica_ids == ("b",) and decision.rejected_by == {"a": STAGE_TTFT_GUARD}
     assert placement_outcome("b", "a", BOTH, decision.rejected_by) == "moved_ttft"
@@ -70,7 +70,7 @@ def test_pipeline_names_the_guard_as_the_stage_that_dropped_a_replica():
 def test_pipeline_names_the_filter_as_the_stage_that_removed_a_replica():
     # a has 1,000 free KV tokens for a turn needing 66,000 less what it caches: removed by the KV filter
     # (memory wait off: it would first hold the turn for a, which starts it 3.28 s sooner than b's 6.55 s)
-    decision = sticky_pipeline(memory_wait_tolerance_s=None).choose(TURN, [view("a", free_kv_tokens=1_000), view("b")])
+    decision = sticky_pipeline(holds=[]).choose(TURN, [view("a", free_kv_tokens=1_000), view("b")])
     assert decision.ranked_replica_ids == ("b",) and decision.rejected_by == {"a": STAGE_FILTER}
 
 
@@ -79,7 +79,8 @@ def test_pipeline_says_why_a_request_waits():
     assert nowhere.wait and nowhere.wait_kind == "capacity"
     # 10,000 tokens: b would start it at 90,000 / 10,000 + 1 = 10 s, full a at 2 + 1 = 3 s; 10 > 3 + 4: held
     q = RequestView("q", prefix_hashes=("x0",), prompt_tokens=10_000, needed_kv_tokens=10_100)
-    held = RoutingPipeline(RouterConfig(memory_wait_tolerance_s=4.0, ttft_tolerance_s=None), clock=lambda: 0.0).choose(
+    held = RoutingPipeline(RouterConfig(filters=[{"type": "fits_memory"}], holds=[{"type": "memory_wait", "tolerance_s": 4.0}]),
+                           clock=lambda: 0.0).choose(
         q, [view("a", backlog_tokens=20_000, free_kv_tokens=0), view("b", backlog_tokens=90_000)])
     assert held.wait and held.wait_kind == "memory" and held.rejected_by == {"a": STAGE_FILTER}
     unhealthy = LeastLoadPolicy(clock=lambda: 0.0).choose(q, [view("a", healthy=False)])

@@ -276,9 +276,10 @@ def test_rule_placement_records_the_uncached_prompt_on_that_replica():
     assert loads["a"].pending_prefill_tokens == 1000 + 2000 and loads["b"].pending_prefill_tokens == 4000
 
 
-def test_pipeline_records_each_scorer_latency_and_skips_zero_weights():
+def test_pipeline_records_each_scorer_latency_and_runs_only_listed_scorers():
     ticks = FakeClock(now=0.0, step=1e-6)  # every timer call advances 1 us
-    p = RoutingPipeline(RouterConfig(weights={"prefix_match": 0.0}), FakeClock(), timer=ticks)
+    listed = [s for s in RouterConfig().scorers if s.type != "prefix_match"]
+    p = RoutingPipeline(RouterConfig(scorers=listed), FakeClock(), timer=ticks)
     decision = p.choose(RequestView("q"), [view("a")])
     expected = {"session_affinity", "kv_headroom", "mamba_headroom", "queue", "predicted_ttft"}
     assert set(decision.scorer_latency_us) == expected

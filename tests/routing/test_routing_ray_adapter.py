@@ -20,14 +20,19 @@ from ray_dspine.routing.ray_router import (  # noqa: E402
 )
 
 
+# The default scorers but session affinity and prefix match, each at its default weight.
+NO_LOCALITY = [{"type": name} for name in ("kv_headroom", "mamba_headroom", "queue", "predicted_ttft")]
+
+
 def bare(cls):
     return object.__new__(cls)  # initialize_state needs none of RequestRouter's runtime state
 
 
 def test_initialize_state_validates_router_kwargs():
     router = bare(HeadroomRequestRouter)
-    router.initialize_state(weights={"queue": 3.0}, stale_after_s=2.0)
-    assert isinstance(router._policy, RoutingPipeline) and router._config.weights.queue == 3.0
+    router.initialize_state(scorers=[{"type": "queue", "weight": 3.0}], reports={"stale_after_s": 2.0})
+    assert isinstance(router._policy, RoutingPipeline) and router._config.stage("queue").weight == 3.0
+    assert [scorer.name for scorer, _ in router._policy.scorers] == ["queue"]
     with pytest.raises(ValueError):
         bare(HeadroomRequestRouter).initialize_state(no_such_key=1)
     with pytest.raises(ValueError, match="runs policy 'cache_aware'"):
@@ -65,7 +70,10 @@ def test_yaml_request_router_config_is_accepted_by_ray():
                         "name": "DSpinePool",
                         "request_router_config": {
                             "request_router_class": "ray_dspine.routing.ray_router:HeadroomRequestRouter",
-                            "request_router_kwargs": {"weights": {"prefix_match": 2.0}, "assumed_stats_age_s": 1.0},
+                            "request_router_kwargs": {
+                                "scorers": [{"type": "prefix_match", "weight": 2.0}],
+                                "reports": {"assumed_stats_age_s": 1.0},
+                            },
                             "request_routing_stats_period_s": 1.0,
                             "request_routing_stats_timeout_s": 5.0,
                             "initial_backoff_s": 0.025,
@@ -81,7 +89,7 @@ def test_yaml_request_router_config_is_accepted_by_ray():
     cfg = schema.applications[0].deployments[0].request_router_config
     config = cfg if isinstance(cfg, RequestRouterConfig) else RequestRouterConfig(**cfg)
     assert config.request_routing_stats_period_s == 1.0
-    assert config.request_router_kwargs["weights"] == {"prefix_match": 2.0}
+    assert config.request_router_kwargs["scorers"] == [{"type": "prefix_match", "weight": 2.0}]
 
 
 class FakeReplica:
@@ -109,7 +117,7 @@ def test_rule_a_choice_is_reserved_before_ray_confirms_it():
     import asyncio
 
     router = bare(HeadroomRequestRouter)
-    router.initialize_state(weights={"session_affinity": 0.0, "prefix_match": 0.0})
+    router.initialize_state(scorers=NO_LOCALITY)
     replicas = [FakeReplica("a"), FakeReplica("b")]
     first, second = FakePending(generate_request("q1"), "i1"), FakePending(generate_request("q2"), "i2")
     chosen_first = asyncio.run(router.choose_replicas(replicas, first))
@@ -133,7 +141,7 @@ def test_rule_a_placement_counts_against_reports_until_ray_confirms_it():
     import asyncio
 
     router = bare(HeadroomRequestRouter)
-    router.initialize_state(weights={"session_affinity": 0.0, "prefix_match": 0.0})
+    router.initialize_state(scorers=NO_LOCALITY)
     first = FakePending(generate_request("q1"), "i1")
     (group,) = asyncio.run(router.choose_replicas([FakeReplica("a")], first))
     assert group[0].replica_id.unique_id == "a"
@@ -157,7 +165,7 @@ def test_decision_log_records_each_choice_without_the_prompt(tmp_path, monkeypat
     path = tmp_path / "decisions.jsonl"
     monkeypatch.setenv("DSPINE_ROUTING_DECISION_LOG", str(path))
     router = bare(HeadroomRequestRouter)
-    router.initialize_state(weights={"session_affinity": 0.0, "prefix_match": 0.0})
+    router.initialize_state(scorers=NO_LOCALITY)
     replicas = [FakeReplica("a"), FakeReplica("b")]
     for rid in ("q1", "q2"):
         request = GenerateRequest(request_id=rid, prompt="confidential prompt text " * 4, max_tokens=8,
@@ -208,7 +216,7 @@ def test_rule_the_pacing_permit_is_written_into_the_request_ray_sends():
     import asyncio
 
     router = bare(HeadroomRequestRouter)
-    router.initialize_state(weights={"session_affinity": 0.0, "prefix_match": 0.0})
+    router.initialize_state(scorers=NO_LOCALITY)
     # a replica pacing from 1,000 uncached tokens: the 2,000-token requests are long there. The first of
     # a fresh pool is permitted ((1 + 1) / (1 + 200) <= 1%); the second right after is not
     replicas = [FakeReplica("a", pacing_min_uncached_tokens=1_000)]

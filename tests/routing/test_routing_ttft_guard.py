@@ -1,13 +1,18 @@
 import pytest
 
 from ray_dspine.engines.protocol import LoadSnapshot
-from ray_dspine.routing.config import RouterConfig
+from ray_dspine.routing.config import EstimatorConfig, RouterConfig, TtftGuardFilter
+from ray_dspine.routing.estimate import Estimate
 from ray_dspine.routing.pipeline import RoutingPipeline
 from ray_dspine.routing.prefix_index import PrefixIndex
 from ray_dspine.routing.ttft_guard import TtftGuard, within_tolerance
 from ray_dspine.routing.types import ReplicaView, RequestView
 
 RATE = 10_000.0
+
+
+def est(index, request):
+    return Estimate.of(request, index, RATE)
 
 
 def view(rid, backlog_tokens=0, total_kv_tokens=100_000):
@@ -34,10 +39,10 @@ def test_rule_the_estimate_counts_the_prefix_hit_before_the_tolerance():
     request = RequestView("q", prefix_hashes=("h0", "h1", "h2", "h3"), prompt_tokens=40_000)
     replicas = [view("cached", backlog_tokens=35_000), view("cold")]
     # cached: backlog 35,000 + uncached 0 -> 3.5 s; cold: 0 + 40,000 -> 4.0 s; limit 3.5 + 1 = 4.5: both kept
-    kept, dropped = TtftGuard(index, RATE, tolerance_s=1.0).keep(request, replicas)
+    kept, dropped = TtftGuard(tolerance_s=1.0).keep(est(index, request), replicas)
     assert [v.replica_id for v in kept] == ["cached", "cold"] and dropped == {}
     # tolerance 0.4: cold (4.0 > 3.9) is dropped, with its figures in the reason
-    kept, dropped = TtftGuard(index, RATE, tolerance_s=0.4).keep(request, replicas)
+    kept, dropped = TtftGuard(tolerance_s=0.4).keep(est(index, request), replicas)
     assert [v.replica_id for v in kept] == ["cached"]
     assert dropped == {"cold": "ttft: 4.00s predicted > best 3.50s + tolerance 0.4s"}
 
@@ -53,20 +58,20 @@ def half_cached():
 
 def test_rule_a_replica_may_cost_per_cached_seconds_per_second_of_prefill_its_cache_saves():
     index, request, replicas = half_cached()
-    guard = TtftGuard(index, RATE, tolerance_s=5.0, per_cached=4.0, cached_max_s=12.0)
+    guard = TtftGuard(tolerance_s=5.0, per_cached=4.0, cached_max_s=12.0)
     # allow(cached) = max(5, min(12, 4 * 2.0)) = 8 s: 10.0 <= 4.0 + 8 -> kept; cold (saves nothing) is the best
-    assert guard.allowances_s(request, replicas) == pytest.approx([8.0, 5.0])
-    kept, dropped = guard.keep(request, replicas)
+    assert guard.allowances_s(est(index, request), replicas) == pytest.approx([8.0, 5.0])
+    kept, dropped = guard.keep(est(index, request), replicas)
     assert [v.replica_id for v in kept] == ["cached", "cold"] and dropped == {}
     # without the extension the 5 s tolerance alone drops it: 10.0 > 4.0 + 5
-    kept, dropped = TtftGuard(index, RATE, tolerance_s=5.0).keep(request, replicas)
+    kept, dropped = TtftGuard(tolerance_s=5.0).keep(est(index, request), replicas)
     assert dropped == {"cached": "ttft: 10.00s predicted > best 4.00s + tolerance 5s"}
 
 
 def test_rule_the_extension_is_capped_at_cached_max_s():
     index, request, replicas = half_cached()
     # allow(cached) = max(5, min(5.5, 8.0)) = 5.5 s: 10.0 > 4.0 + 5.5 -> dropped, the allowance in the reason
-    kept, dropped = TtftGuard(index, RATE, tolerance_s=5.0, per_cached=4.0, cached_max_s=5.5).keep(request, replicas)
+    kept, dropped = TtftGuard(tolerance_s=5.0, per_cached=4.0, cached_max_s=5.5).keep(est(index, request), replicas)
     assert [v.replica_id for v in kept] == ["cold"]
     assert dropped == {"cached": "ttft: 10.00s predicted > best 4.00s + 5.50s allowed for its cached prefix (tolerance 5s)"}
 
@@ -74,21 +79,25 @@ def test_rule_the_extension_is_capped_at_cached_max_s():
 def test_rule_the_extension_never_allows_less_than_the_tolerance():
     index, request, replicas = half_cached()
     # per_cached 1: 1 * 2.0 s = 2 s < tolerance 6 -> allow 6; 10.0 <= 4.0 + 6 -> kept
-    guard = TtftGuard(index, RATE, tolerance_s=6.0, per_cached=1.0, cached_max_s=12.0)
-    assert guard.allowances_s(request, replicas) == pytest.approx([6.0, 6.0])
+    guard = TtftGuard(tolerance_s=6.0, per_cached=1.0, cached_max_s=12.0)
+    assert guard.allowances_s(est(index, request), replicas) == pytest.approx([6.0, 6.0])
     # cached_max_s below the tolerance does not lower it either
-    assert TtftGuard(index, RATE, 6.0, per_cached=4.0, cached_max_s=1.0).allowances_s(request, replicas) == [6.0, 6.0]
+    assert TtftGuard(6.0, per_cached=4.0, cached_max_s=1.0).allowances_s(est(index, request), replicas) == [6.0, 6.0]
 
 
 @pytest.mark.parametrize("name", ["tolerance_s", "per_cached", "cached_max_s"])
 def test_rule_negative_parameters_are_refused(name):
     values = {"tolerance_s": 1.0, "per_cached": 1.0, "cached_max_s": 1.0} | {name: -1.0}
     with pytest.raises(ValueError, match=f"{name} must be >= 0"):
-        TtftGuard(PrefixIndex(), RATE, **values)
+        TtftGuard(**values)
 
 
 def sticky_pipeline(tolerance_s, per_cached_s=0.0):
-    config = RouterConfig(ttft_tolerance_s=tolerance_s, ttft_tolerance_per_cached_s=per_cached_s)
+    config = RouterConfig()
+    if tolerance_s is None:
+        config = config.without_stage("ttft_guard")
+    else:
+        config = config.with_stage(TtftGuardFilter(tolerance_s=tolerance_s, per_cached_s=per_cached_s))
     p = RoutingPipeline(config, clock=lambda: 0.0)
     p.on_placed(RequestView("q0", session_id="s", prefix_hashes=("h0",), prompt_tokens=32_768), "home")
     p.on_completed("q0")
@@ -128,7 +137,9 @@ def test_rule_pipeline_guard_keeps_locality_inside_the_tolerance():
 
 
 def test_rule_pipeline_sizes_each_prefix_index_to_the_replicas_kv_cache():
-    p = RoutingPipeline(RouterConfig(prefix_index_capacity_blocks=8, prefix_block_tokens=512), clock=lambda: 0.0)
+    p = RoutingPipeline(
+        RouterConfig(estimator=EstimatorConfig(prefix_index_capacity_blocks=8, prefix_block_tokens=512)), clock=lambda: 0.0
+    )
     p.on_placed(RequestView("q0", prefix_hashes=("h0", "h1", "h2", "h3")), "small")
     p.on_placed(RequestView("q1", prefix_hashes=("h0", "h1", "h2", "h3")), "large")
     request = RequestView("q2", prefix_hashes=("h0", "h1", "h2", "h3"), needed_kv_tokens=10)
@@ -139,7 +150,7 @@ def test_rule_pipeline_sizes_each_prefix_index_to_the_replicas_kv_cache():
 
 
 def test_rule_pipeline_counts_a_hicache_host_tier_in_the_prefix_index():
-    p = RoutingPipeline(RouterConfig(prefix_block_tokens=512), clock=lambda: 0.0)
+    p = RoutingPipeline(RouterConfig(estimator=EstimatorConfig(prefix_block_tokens=512)), clock=lambda: 0.0)
     request = RequestView("q", prefix_hashes=("h0",), needed_kv_tokens=10)
     hosted = view("hosted", total_kv_tokens=1_100)
     hosted = ReplicaView("hosted", hosted.load.model_copy(update={"host_kv_tokens": 2_000}), 0.0)

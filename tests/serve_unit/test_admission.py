@@ -187,3 +187,78 @@ def test_deadline_header_values():
     assert parse_deadline_ms(None) is None
     assert parse_deadline_ms("1500") == 1.5
     assert parse_deadline_ms(" 250 ") == 0.25
+
+
+def test_a_request_is_held_to_the_90th_percentile_of_service_not_the_mean():
+    clock = Clock()
+    admission = pool(clock)
+    for index in range(1, 11):  # services 1, 2, ..., 10 s ending at t = 10, 11, ..., 19
+        admission.record_completion(9.0 + index, float(index))
+    clock.now = 19.0
+    estimate = admission.estimate()
+    # the oldest began at 10 - 1 = 9, the newest ended at 19: 10 in 10 s -> 1/s; mean 5.5 s;
+    # 90th percentile by nearest rank: the ceil(0.9 x 10) = 9th smallest = 9 s
+    assert estimate.rate_per_s == pytest.approx(1.0)
+    assert (estimate.mean_service_s, estimate.p90_service_s) == (pytest.approx(5.5), 9.0)
+    # nothing queued: 8 s of budget would do for the mean but not for S90 = 9 s -> refused, Retry-After at least 1
+    verdict = admission.decide(budget_s=8.0)
+    assert (verdict.admit, verdict.code, verdict.status, verdict.retry_after_s) == (False, "deadline_unmeetable", 429, 1)
+    assert admission.decide(budget_s=9.0).admit
+
+
+def test_an_outage_runs_from_the_first_snapshot_without_a_replica_to_the_next_with_one():
+    clock = Clock(100.0)
+    admission = pool(clock)
+    assert admission.recovery_left_s() == 0.0  # up (no snapshot says otherwise)
+    assert admission.replicas_running(0) is True  # the outage begins at t = 100
+    clock.now = 110.0
+    assert admission.replicas_running(0) is False  # still the same outage
+    clock.now = 130.0
+    assert admission.replicas_running(1) is False and admission.down_since is None
+    assert admission.recovery_s == pytest.approx(30.0)  # 130 - 100
+
+
+def test_a_down_pool_refuses_with_503_what_cannot_wait_for_its_recovery():
+    clock = Clock(100.0)
+    admission = pool(clock)
+    admission.replicas_running(0)
+    clock.now = 130.0
+    admission.replicas_running(1)  # R = 30 s measured
+    clock.now = 200.0
+    admission.replicas_running(0)  # down again at t = 200
+    clock.now = 205.0
+    # unmeasured pool: D = 200 + 30 - 205 = 25 s, S90 taken as 0
+    assert admission.recovery_left_s() == pytest.approx(25.0)
+    verdict = admission.decide(budget_s=20.0)
+    assert (verdict.admit, verdict.status, verdict.code, verdict.retry_after_s) == (False, 503, "pool_unavailable", 25)
+    assert admission.decide(budget_s=30.0).admit  # 25 s fits in 30 s: Ray holds it until the replica is back
+
+
+def test_recovery_falls_back_to_the_configured_estimate_and_then_to_the_fallback_retry_after():
+    clock = Clock()
+    admission = PoolAdmission(2, 32, 4, 30.0, fallback_retry_after_s=3, clock=clock, fallback_recovery_s=60.0)
+    admission.replicas_running(0)  # the ingress's first snapshot: the replicas still load
+    clock.now = 10.0
+    # nothing measured yet: D = 0 + 60 - 10 = 50 s
+    verdict = admission.decide(budget_s=40.0)
+    assert (verdict.status, verdict.code, verdict.retry_after_s) == (503, "pool_unavailable", 50)
+    for index in range(1, 11):  # then 10 completions of 0.5 s (the replica came and went meanwhile)
+        admission.record_completion(60.0 + 0.5 * index, 0.5)
+    clock.now = 70.0
+    # the outage has outlasted its 60 s: D = 0, so the request needs S90 = 0.5 s; a 0.4 s budget is refused
+    # with the fallback Retry-After of 3 s, a 1 s budget admitted
+    verdict = admission.decide(budget_s=0.4)
+    assert (verdict.status, verdict.code, verdict.retry_after_s) == (503, "pool_unavailable", 3)
+    assert admission.decide(budget_s=1.0).admit
+
+
+def test_a_down_pool_adds_its_recovery_to_the_queue_wait():
+    clock = Clock()
+    admission = measured(clock)  # 2/s, S90 0.5 s, t = 5
+    for _ in range(6):
+        admission.begin(deadline_s=100.0)  # W_q = (6 - 2) / 2 = 2 s
+    admission.replicas_running(0)  # down at t = 5; R unknown -> the default 60 s
+    clock.now = 15.0
+    # D = 5 + 60 - 15 = 50 s; 50 + 2 + 0.5 = 52.5 s: refused at 52 s, admitted at 52.5 s
+    assert admission.decide(budget_s=52.0).code == "pool_unavailable"
+    assert admission.decide(budget_s=52.5).admit

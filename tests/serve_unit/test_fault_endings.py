@@ -386,3 +386,79 @@ def test_a_completion_is_measured_by_its_time_on_the_replica():
     # on the replica: 0.4 s before the first chunk + 1 s after it = 1.4 s (not the 11 s since admission)
     assert list(admission._completions) == [(11.0, pytest.approx(1.4))] and finished == ["stop"]
     assert admission.in_flight() == 0
+
+
+# -- an outage of the pool: waiting requests are judged again ------------------------------------------
+
+
+class Held(FakeReplica):
+    """Holds every call before its first chunk until `release` is set (a request queued behind others)."""
+
+    def __init__(self, name):
+        super().__init__(name)
+        self.release = None
+        self.cancelled = 0
+
+    async def generate(self, request, prompt_token_ids=None):
+        try:
+            await self.release.wait()
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        async for chunk in super().generate(request, prompt_token_ids):
+            yield chunk
+
+
+def _post_during_outage(monkeypatch, deadline_ms):
+    replica = Held("spec")
+    app, core = setup(monkeypatch, replica, pool_recovery_estimate_s=20.0)
+
+    async def main():
+        replica.release = asyncio.Event()
+        request = asyncio.create_task(post(app, chat(stream=True), {"x-dspine-deadline-ms": deadline_ms}))
+        await asyncio.sleep(0.1)  # admitted, waiting for its first chunk
+        core.replicas_running({"spec": 0, "ar": 1})  # the health snapshot: spec lost its only replica
+        await asyncio.sleep(0.1)
+        replica.release.set()  # what is still waiting goes on (the replacement took it)
+        return await request
+
+    return asyncio.run(main()), replica, core
+
+
+def test_a_waiting_request_that_cannot_outlast_the_outage_gets_503_at_once(monkeypatch):
+    response, replica, core = _post_during_outage(monkeypatch, "10000")
+    # nothing measured: the pool is back in about the configured 20 s, past the 10 s deadline (less 1 s margin)
+    assert response.status_code == 503 and response.headers["retry-after"] == "20"
+    assert response.json()["error"]["code"] == "pool_unavailable"
+    assert replica.cancelled == 1 and core.metrics.refused == [503]  # its call was withdrawn from the pool
+
+
+def test_a_waiting_request_with_time_to_spare_keeps_its_place(monkeypatch):
+    response, replica, core = _post_during_outage(monkeypatch, "60000")
+    # 20 s of recovery fits in 59 s: it waits and is served
+    events = [json.loads(line[6:]) for line in response.text.split("\n\n") if line and line != "data: [DONE]"]
+    assert response.status_code == 200
+    assert "".join(e["choices"][0]["delta"].get("content") or "" for e in events) == "one two three "
+    assert replica.cancelled == 0 and core.metrics.finished == ["stop"]
+
+
+def test_unstarted_work_is_not_retried_into_a_pool_that_cannot_serve_it_in_time(monkeypatch):
+    class LastReplica(FakeReplica):
+        """Its actor dies before the first chunk, and the health snapshot shows the pool without a replica."""
+
+        calls = 0
+
+        async def generate(self, request, prompt_token_ids=None):
+            type(self).calls += 1
+            core.replicas_running({"spec": 0, "ar": 1})
+            raise ActorDiedError()
+            yield  # an async generator, as the handle's stream is
+
+    app, core = setup(monkeypatch, LastReplica("spec"), pool_recovery_estimate_s=20.0)
+    response = asyncio.run(post(app, chat(), {"x-dspine-deadline-ms": "10000"}))
+    # the retry is judged first: about 20 s to recovery, past the 9 s left -> 503 at once, no second call
+    assert response.status_code == 503 and response.headers["retry-after"] == "20"
+    assert response.json()["error"]["code"] == "pool_unavailable" and LastReplica.calls == 1
+    # a request with 60 s to spare arriving now is admitted and its call made (Ray holds it until a replica is back)
+    assert asyncio.run(post(app, chat(), {"x-dspine-deadline-ms": "60000"})).status_code == 502
+    assert LastReplica.calls == 1 + 3  # this replica double dies every time: 1 call + 2 retries, then 502

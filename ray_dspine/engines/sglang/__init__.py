@@ -3,13 +3,13 @@
 from .args import DRAFTER_FLAGS, flags_of, render_command, without_flags
 from .config import SGLangEngineConfig
 from .engine import SGLangEngine
-from .policy import CrashPolicy, Decision
+from .policy import CrashPolicy, CrashVerdict
 from .process import ServerSupervisor, launch_subprocess, pick_port
 
 __all__ = [
     "DRAFTER_FLAGS",
     "CrashPolicy",
-    "Decision",
+    "CrashVerdict",
     "SGLangEngine",
     "SGLangEngineConfig",
     "ServerSupervisor",

@@ -26,7 +26,7 @@ Action = Literal["restart", "fallback", "give_up"]
 
 
 @dataclass(frozen=True)
-class Decision:
+class CrashVerdict:
     action: Action
     delay_s: float
     drafter: bool
@@ -55,7 +55,7 @@ class CrashPolicy:
         """Forget past crashes (an operator switched the drafter back on)."""
         self._crashes.clear()
 
-    def record(self, now_s: float, drafter_on: bool) -> Decision:
+    def record(self, now_s: float, drafter_on: bool) -> CrashVerdict:
         self._crashes.append((now_s, drafter_on))
         while self._crashes and self._crashes[0][0] < now_s - self.crash_window_s:
             self._crashes.popleft()
@@ -63,7 +63,7 @@ class CrashPolicy:
         d = sum(1 for _, with_drafter in self._crashes if with_drafter)
         delay = min(self.backoff_max_s, self.backoff_s * 2 ** (n - 1))
         if n > self.max_restarts:
-            return Decision("give_up", 0.0, drafter_on, n, d)
+            return CrashVerdict("give_up", 0.0, drafter_on, n, d)
         if drafter_on and d >= self.fallback_after_crashes:
-            return Decision("fallback", delay, False, n, d)
-        return Decision("restart", delay, drafter_on, n, d)
+            return CrashVerdict("fallback", delay, False, n, d)
+        return CrashVerdict("restart", delay, drafter_on, n, d)

@@ -1,19 +1,22 @@
-"""What a scorer is: a named function from (request, candidate replicas) to one score in [0, 1] each.
+"""What a scorer is: a named function from (the decision's estimate, candidate replicas) to one score in [0, 1] each.
 
-Scorers see loads already reduced by the reservation ledger and only replicas that passed the filters.
+Scorers see loads already reduced by the reservation ledger and only replicas that passed the filters;
+the request is `estimate.request`, and its cached prefix and predicted TTFT on each replica are the
+estimate's (estimate.py), the same figures the filters and holds read.
 """
 
 from __future__ import annotations
 
 from typing import Protocol, Sequence
 
-from ray_dspine.routing.types import ReplicaView, RequestView
+from ray_dspine.routing.estimate import Estimate
+from ray_dspine.routing.types import ReplicaView
 
 
 class Scorer(Protocol):
     name: str
 
-    def score(self, request: RequestView, replicas: Sequence[ReplicaView]) -> list[float]:
+    def score(self, estimate: Estimate, replicas: Sequence[ReplicaView]) -> list[float]:
         """One score in [0, 1] per replica, in the order given."""
         ...
 

@@ -11,16 +11,17 @@ from __future__ import annotations
 from typing import Sequence
 
 from ray_dspine.routing.scorers.base import clip01
-from ray_dspine.routing.types import ReplicaView, RequestView
+from ray_dspine.routing.estimate import Estimate
+from ray_dspine.routing.types import ReplicaView
 
 
 class KvHeadroomScorer:
     name = "kv_headroom"
 
-    def score(self, request: RequestView, replicas: Sequence[ReplicaView]) -> list[float]:
+    def score(self, estimate: Estimate, replicas: Sequence[ReplicaView]) -> list[float]:
         out: list[float] = []
         for view in replicas:
             total = view.load.total_kv_tokens
-            left = view.load.free_kv_tokens - request.needed_kv_tokens
+            left = view.load.free_kv_tokens - estimate.request.needed_kv_tokens
             out.append(clip01(left / total) if total > 0 else 0.0)
         return out

@@ -12,19 +12,20 @@ from __future__ import annotations
 from typing import Sequence
 
 from ray_dspine.routing.scorers.base import clip01
-from ray_dspine.routing.types import ReplicaView, RequestView
+from ray_dspine.routing.estimate import Estimate
+from ray_dspine.routing.types import ReplicaView
 
 
 class MambaHeadroomScorer:
     name = "mamba_headroom"
 
-    def score(self, request: RequestView, replicas: Sequence[ReplicaView]) -> list[float]:
+    def score(self, estimate: Estimate, replicas: Sequence[ReplicaView]) -> list[float]:
         out: list[float] = []
         for view in replicas:
             load = view.load
             if load.total_state_slots <= 0:
                 out.append(1.0)
                 continue
-            left = load.free_state_slots - request.num_state_slots * load.state_slots_per_request
+            left = load.free_state_slots - estimate.request.num_state_slots * load.state_slots_per_request
             out.append(clip01(left / load.total_state_slots))
         return out

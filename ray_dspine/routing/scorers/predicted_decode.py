@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ray_dspine.routing.scorers.base import relative
+from ray_dspine.routing.estimate import Estimate
 from ray_dspine.routing.types import ReplicaView, RequestView
 
 
@@ -36,5 +37,5 @@ class PredictedDecodeScorer:
         accept = max(1.0, max((view.load.accept_length_ema for view in replicas), default=1.0))
         return [out / accept * view.load.decode_step_ms / 1000.0 for view in replicas]
 
-    def score(self, request: RequestView, replicas: Sequence[ReplicaView]) -> list[float]:
-        return relative(self.estimates_s(request, replicas), self._slack_s)
+    def score(self, estimate: Estimate, replicas: Sequence[ReplicaView]) -> list[float]:
+        return relative(self.estimates_s(estimate.request, replicas), self._slack_s)

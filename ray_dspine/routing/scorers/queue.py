@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ray_dspine.routing.types import ReplicaView, RequestView
+from ray_dspine.routing.estimate import Estimate
+from ray_dspine.routing.types import ReplicaView
 
 
 class QueueScorer:
     name = "queue"
 
-    def score(self, request: RequestView, replicas: Sequence[ReplicaView]) -> list[float]:
+    def score(self, estimate: Estimate, replicas: Sequence[ReplicaView]) -> list[float]:
         return [1.0 / (1.0 + max(0, view.num_requests)) for view in replicas]

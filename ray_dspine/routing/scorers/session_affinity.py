@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Sequence
 
 from ray_dspine.routing.session_table import SessionTable
-from ray_dspine.routing.types import ReplicaView, RequestView
+from ray_dspine.routing.estimate import Estimate
+from ray_dspine.routing.types import ReplicaView
 
 
 class SessionAffinityScorer:
@@ -20,6 +21,6 @@ class SessionAffinityScorer:
     def __init__(self, sessions: SessionTable):
         self._sessions = sessions
 
-    def score(self, request: RequestView, replicas: Sequence[ReplicaView]) -> list[float]:
-        last = self._sessions.last(request.session_id)
+    def score(self, estimate: Estimate, replicas: Sequence[ReplicaView]) -> list[float]:
+        last = self._sessions.last(estimate.request.session_id)
         return [1.0 if last is not None and view.replica_id == last else 0.0 for view in replicas]

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from ray_dspine.bench.records import RequestRecord
+from ray_dspine.routing.config import RouterConfig
 from dspine_lab.bench.routing_bench import register, settings_from_args, subtract
 from dspine_lab.bench.routing_results import (
     format_order_bound,
@@ -127,12 +128,15 @@ def test_rule_app_differs_only_in_router_policy():
     # The DSpine/ReplaySSM H200 plan runs 71 requests at once; Ray sends each replica at most that many.
     assert deployment.num_replicas == 3 and deployment.max_ongoing_requests == 71
     assert request_router_config(apps["pow2"].pools[0].deployment) is None  # Ray's PowerOfTwoChoices
-    # GPU-second defaults in wall seconds at engine_time_scale 0.5: 6 s, 12 s, 0.5 s and 1 s halved; the
-    # per-cached ratio (seconds per second) is scale-free
+    # GPU-second defaults in wall seconds at engine_time_scale 0.5: the guard's 6 s and 12 s, the memory
+    # wait's 2 s and 12 s and the TTFT floor's 1 s halved; the per-cached ratios (seconds per second) are
+    # scale-free; predicted_decode is not listed, so nothing of it appears
     router = deployment.router
-    assert (router.ttft_tolerance_s, router.ttft_tolerance_cached_max_s, router.latency_slack_s) == (3.0, 6.0, 0.25)
-    assert router.ttft_indifference_s == 0.5  # 1 GPU second
-    assert router.ttft_tolerance_per_cached_s == 4.0
+    guard, wait = router.stage("ttft_guard"), router.stage("memory_wait")
+    assert (guard.tolerance_s, guard.cached_max_s, guard.per_cached_s) == (3.0, 6.0, 4.0)
+    assert (wait.tolerance_s, wait.cached_max_s, wait.per_cached_s) == (1.0, 6.0, 4.0)
+    assert router.stage("predicted_ttft").indifference_s == 0.5 and router.stage("predicted_decode") is None
+    assert [s.type for s in router.scorers] == [s.type for s in RouterConfig().scorers]  # order kept
 
 
 def record(i: int, ttft: float | None, e2e: float, out: int, cached: int | None, error: str | None = None) -> RequestRecord:

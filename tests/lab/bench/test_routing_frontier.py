@@ -5,11 +5,19 @@ import json
 import pytest
 
 from dspine_lab.bench import routing_frontier, routing_virtual_report
-from dspine_lab.bench.routing_frontier import format_sweep_table, on_frontier, parse_tolerances, run_tolerance_sweep
+from dspine_lab.bench.routing_frontier import (
+    format_sweep_table,
+    guard_tolerance,
+    on_frontier,
+    parse_tolerances,
+    run_tolerance_sweep,
+    with_guard_tolerance,
+)
 from dspine_lab.bench.routing_frontier_plot import draw_tolerance_sweep
 from dspine_lab.bench.routing_virtual import replay_virtual
 from dspine_lab.bench.routing_workload import RoutingBenchSettings
 from ray_dspine.bench.traces.model import TraceMessage, TraceRequest
+from ray_dspine.routing.config import RouterConfig
 from ray_dspine.cli_errors import CliError
 
 # the linear H200 profile (every prompt token priced alike) keeps the hand arithmetic short
@@ -65,12 +73,22 @@ def test_rule_frontier_drops_points_another_beats_on_both_figures():
 # --- replays rule ---
 
 
+def test_rule_a_tolerance_sets_the_guard_and_none_leaves_it_out():
+    config = RouterConfig()
+    assert guard_tolerance(with_guard_tolerance(config, 2.5)) == 2.5
+    assert with_guard_tolerance(config, 2.5).stage("ttft_guard").per_cached_s == 4.0  # the rest kept
+    assert guard_tolerance(with_guard_tolerance(config, None)) is None
+    assert [s.type for s in with_guard_tolerance(config, None).filters] == ["fits_memory"]
+    # a config without the guard gets one with the default extension
+    assert with_guard_tolerance(with_guard_tolerance(config, None), 1.0).stage("ttft_guard").cached_max_s == 12.0
+
+
 def test_rule_ours_is_replayed_per_tolerance_and_seed_and_baselines_per_seed(monkeypatch):
     real = routing_frontier.replay_virtual
     calls = []
 
     def recording(requests, settings, policy, seed, floors, config=None, **options):
-        calls.append((policy, seed, None if config is None else config.ttft_tolerance_s))
+        calls.append((policy, seed, None if config is None else guard_tolerance(config)))
         return real(requests, settings, policy, seed, floors, config=config, **options)
 
     monkeypatch.setattr(routing_frontier, "replay_virtual", recording)

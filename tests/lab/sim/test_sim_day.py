@@ -5,7 +5,7 @@ import pytest
 from dspine_lab.autoscale.calibration import capacity_from_profile
 from ray_dspine.autoscale.config import CostAutoscalingConfig, SloTargets
 from ray_dspine.engines.simulated.profile import load_profile
-from dspine_lab.sim.config import FixedPolicySpec, OursPolicy, PoolSimConfig, SimConfig, TrafficConfig
+from dspine_lab.sim.config import FixedPolicySpec, OursPolicy, PoolSimConfig, SimConfig, DayTraffic
 from dspine_lab.sim.pool import STOPPED
 from dspine_lab.sim.run import load_day, simulate_day
 from dspine_lab.sim.simulator import DaySimulation
@@ -18,7 +18,7 @@ def config(azure_path, policy, seed=0, initial=1, **pool) -> SimConfig:
     # the fixture trace has 0.2 req/s; x10 = 2 req/s at the peak (15:00), 20 simulated minutes
     return SimConfig(
         pool=PoolSimConfig(name="tiny", slo=SLO, initial_replicas=initial, max_replicas=8, startup_s=60.0, **pool),
-        traffic=TrafficConfig(trace=str(azure_path), rate_scale=10.0, start_s=15 * 3600.0, duration_s=1200.0, seed=seed),
+        traffic=DayTraffic(trace=str(azure_path), rate_scale=10.0, start_s=15 * 3600.0, duration_s=1200.0, seed=seed),
         policy=policy,
     )
 

@@ -5,7 +5,7 @@ import pytest
 
 from ray_dspine.autoscale.config import SloTargets
 from ray_dspine.engines.simulated.profile import load_profile
-from dspine_lab.sim.config import PoolSimConfig, SchedulePolicySpec, SimConfig, TrafficConfig
+from dspine_lab.sim.config import PoolSimConfig, SchedulePolicySpec, SimConfig, DayTraffic
 from dspine_lab.sim.hindsight import choose_counts, hindsight_day, misses_by_bin
 from dspine_lab.sim.run import load_day
 from dspine_lab.sim.simulator import DaySimulation
@@ -57,7 +57,7 @@ def config(azure_path, policy, initial=1) -> SimConfig:
             name="tiny", slo=SloTargets(ttft_slo_s=2.0, itl_slo_ms=100.0), initial_replicas=initial,
             max_replicas=8, startup_s=60.0,
         ),
-        traffic=TrafficConfig(trace=str(azure_path), rate_scale=10.0, start_s=START, duration_s=1200.0),
+        traffic=DayTraffic(trace=str(azure_path), rate_scale=10.0, start_s=START, duration_s=1200.0),
         policy=policy,
     )  # fmt: skip
 
