@@ -93,16 +93,23 @@ def handle_error(exc: Exception, retry_after_s: int | None = None) -> ApiError:
 async def next_chunk(stream, deadline: float) -> Chunk:
     """The stream's next chunk, or DeadlineExceeded once the request's end-to-end deadline passes.
 
-    A StopAsyncIteration (the stream ended) and any exception of the stream itself pass through."""
+    A StopAsyncIteration (the stream ended) and any exception of the stream itself pass through, a
+    TimeoutError of the stream's own (Ray's GetTimeoutError) included: only a chunk not there by the
+    deadline is DeadlineExceeded, told apart by whether the wait ended with the chunk's future unfinished
+    (never by comparing clocks, which the event loop's timer may fire a hair before)."""
     remaining = deadline - time.monotonic()
     if remaining <= 0:
         raise DeadlineExceeded
+    pending = asyncio.ensure_future(stream.__anext__())
     try:
-        return await asyncio.wait_for(stream.__anext__(), remaining)
-    except TimeoutError:
-        if time.monotonic() >= deadline:
-            raise DeadlineExceeded from None
-        raise  # a TimeoutError of the stream's own (Ray's GetTimeoutError): a replica failure
+        done, _ = await asyncio.wait({pending}, timeout=remaining)
+    except asyncio.CancelledError:
+        pending.cancel()
+        raise
+    if not done:
+        pending.cancel()
+        raise DeadlineExceeded
+    return pending.result()
 
 
 def timeout_message(request: GenerateRequest) -> str:

@@ -337,7 +337,7 @@ def test_router_drops_a_dead_replica_from_its_candidates_and_its_policy():
     # the base class's replica set, as update_replicas leaves it
     router._replicas, router._replicas_list = dict(replicas), list(replicas.values())
     router._replica_id_set, router._queue_len_gauge_last_update = set(replicas), {}
-    router.initialize_state(weights={"session_affinity": 0.0, "prefix_match": 0.0})
+    router.initialize_state(scorers=[{"type": "queue", "weight": 0.5}])  # queue length alone decides
 
     def pending(rid):
         request = GenerateRequest(request_id=rid, prompt="x", max_tokens=8, estimated_prompt_tokens=100)
