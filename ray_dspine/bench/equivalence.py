@@ -30,7 +30,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..serve.openai_schema import ChatCompletionRequest
 
 OTHER = "<other>"
 EMPTY = "<empty>"
@@ -243,10 +245,6 @@ def load_prompts(source: str = "builtin", num_prompts: int | None = None) -> lis
 def _check_messages(prompt: EquivalencePrompt, path: Path) -> None:
     """A chat prompt must be a request the ingress accepts (serve/openai_schema.py): OpenAI's message types,
     e.g. a tool message answers an assistant tool call by its tool_call_id."""
-    from pydantic import ValidationError
-
-    from ..serve.openai_schema import ChatCompletionRequest
-
     try:
         ChatCompletionRequest.model_validate({"model": "any", "messages": prompt.messages})
     except ValidationError as exc:
