@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from ray_dspine.engines.embedded.batch import forward_packed, packed_layout
+from ray_dspine.engines.embedded.batch import forward_packed, install_segment_attention, packed_layout, segment_mask
 from ray_dspine.engines.embedded.config import EmbeddedEngineConfig
 from ray_dspine.engines.embedded.engine import EmbeddedEngine
 from ray_dspine.engines.protocol import GenerateRequest
@@ -20,22 +20,42 @@ TEXTS = [
 ]
 
 
-def test_packed_layout_positions_and_mask_by_hand():
-    # Request a holds 2 cached tokens and feeds 1; request b holds 1 and feeds 2 (module docstring).
-    # Key columns: a0 a1 | b0 | a_new b_new0 b_new1  (S = 3 cached keys, then T = 3 new ones).
-    positions, mask = packed_layout([2, 1], [1, 2])
-    assert positions == [2, 1, 2]  # a continues at 2; b continues at 1, then 2
-    expected = torch.tensor(
-        [
-            [1, 1, 0, 1, 0, 0],  # a's new token: a0, a1 and itself
-            [0, 0, 1, 0, 1, 0],  # b's first new token: b0 and itself
-            [0, 0, 1, 0, 1, 1],  # b's second: b0, b's first new token, itself
-        ],
-        dtype=torch.bool,
-    )
-    assert torch.equal(mask, expected)
+def test_packed_layout_positions_and_rows_by_hand():
+    # Request a holds 2 cached tokens and feeds 1; request b holds 1 and feeds 2 (module docstring):
+    # a continues at position 2 in row 0; b continues at 1, then 2, in rows 1 and 2.
+    positions, spans = packed_layout([2, 1], [1, 2])
+    assert positions == [2, 1, 2]
+    assert spans == [(0, 1), (1, 2)]
     with pytest.raises(ValueError):
         packed_layout([1], [1, 1])
+
+
+def test_segment_mask_by_hand():
+    # b of the worked example: 1 cached key, 2 new ones. Its first new token sees b0 and itself; the
+    # second sees b0, the first new token and itself.
+    assert torch.equal(segment_mask(1, 2), torch.tensor([[1, 1, 0], [1, 1, 1]], dtype=torch.bool))
+    assert segment_mask(2, 1) is None  # one new token sees every key: no mask
+    assert torch.equal(segment_mask(0, 3), torch.tensor([[1, 0, 0], [1, 1, 0], [1, 1, 1]], dtype=torch.bool))
+
+
+def test_segment_attention_outside_a_packed_step_is_sdpa():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(1)
+    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2)
+    model, ids = LlamaForCausalLM(config).eval(), torch.tensor([[3, 4, 5, 6, 7, 8]])
+    with torch.inference_mode():
+        before = model(input_ids=ids).logits
+        install_segment_attention(model)
+        install_segment_attention(model)  # once is enough; again changes nothing
+        after = model(input_ids=ids).logits
+    assert model.config._attn_implementation == "dspine_segments"
+    assert torch.equal(before, after)  # the same kernel and mask: bit for bit
+    eager = LlamaForCausalLM(config).eval()
+    eager.set_attn_implementation("eager")
+    with pytest.raises(ValueError, match="sdpa"):
+        install_segment_attention(eager)
 
 
 def _prefilled(model, ids):

@@ -3,26 +3,28 @@
 Rule (packing, no padding). n requests; request i holds L_i tokens of KV (L_i >= 0) and feeds q_i
 tokens this step: a decoding request its last token and its k_i draft tokens (q_i = 1 + k_i); a
 prompt chunk (L_i = 0 before a request's first) packs by the same rule, though the engine runs its
-chunks alone (engine.py round rule). The step feeds one row
-of T = q_1 + ... + q_n tokens: request 1's, then request 2's, and so on. The keys the step attends
-over are the n KV caches concatenated in the same order, then the T new keys, so with
-P_i = L_1 + ... + L_{i-1}, S = L_1 + ... + L_n and Q_i = q_1 + ... + q_{i-1}:
-  key of request i's cached token p (p < L_i)  is key P_i + p,
-  key of request i's j-th new token (j < q_i)  is key S + Q_i + j, and it is query Q_i + j.
+chunks alone (engine.py round rule). The step feeds one row of T = q_1 + ... + q_n tokens: request
+1's, then request 2's, and so on; request i's tokens are rows [Q_i, Q_i + q_i) with
+Q_i = q_1 + ... + q_{i-1}.
   positions: request i's j-th new token has position id L_i + j (the one it would have alone).
-  mask:      query Q_i + j attends key P_i + p for every p < L_i and key S + Q_i + j' for j' <= j;
-             nothing else (no request sees another's tokens; causal within its own new tokens).
+  attention: per request (rule `segment`): the queries of rows [Q_i, Q_i + q_i) attend over request
+             i's own L_i cached keys followed by its own q_i new keys, query j seeing cached key p for
+             every p < L_i and new key j' for j' <= j (`segment_mask`); no request sees another's tokens.
+Everything but attention (embeddings, projections, MLPs, norms, the output projection) runs once over
+the whole row, so the weights are read once for all n requests.
 After the forward, request i's logits are its last r_i rows (r_i = q_i for a verify step, 1 for a
 prefill chunk: only those rows go through the output projection), and its own KV cache grows by the
 keys and values of its first new tokens that it keeps (a verify step: its last token and its accepted
 drafts; a prefill chunk: all of it), so every cache stays per request and prefix reuse (kv_blocks.py)
 reads it as before.
-Worked example: L = (2, 1), q = (1, 2): T = 3, S = 3; positions (2, 1, 2); key columns
-[a0 a1 b0 | a_new b_new0 b_new1]; query 0 (request a) attends {0, 1, 3}; query 1 (b, j = 0) attends
-{2, 4}; query 2 (b, j = 1) attends {2, 4, 5}.
-Cost: one forward over T tokens (the weights are read once for all n requests) plus attention
-over S + T keys per query (masked entries are computed and discarded); the cached keys are copied
-once per layer into the packed key tensor.
+Worked example: L = (2, 1), q = (1, 2): T = 3; positions (2, 1, 2); request a's query (row 0) attends
+[a0 a1 a_new]; request b's rows 1 and 2 attend [b0 b_new0 b_new1] with mask [[1 1 0], [1 1 1]].
+Rule `segment` (how): the model's attention implementation is `segment_attention`, installed once per
+model in place of transformers' sdpa (`install_segment_attention`). Called without a packed step it is
+transformers' sdpa, unchanged; called inside `forward_packed` it runs torch's scaled_dot_product_attention
+once per request over (its cache's keys, its new keys), so a step costs sum_i q_i * (L_i + q_i) scores
+instead of T * (L_1 + ... + L_n + T) under one dense mask, and no request's cache is copied beside
+another's.
 Floating point: a matrix product over T rows may reduce in a different order than over q_i rows,
 so a request's logits can differ in the last bits from running it alone (config `max_batch_requests`).
 """
@@ -33,36 +35,42 @@ from typing import Sequence
 
 import torch
 
+SEGMENT_ATTENTION = "dspine_segments"
 
-def packed_layout(past_lengths: Sequence[int], new_lengths: Sequence[int]) -> tuple[list[int], torch.Tensor]:
-    """(position ids of the T new tokens, boolean mask T x (S + T), True = may attend) (rule above)."""
+
+def packed_layout(past_lengths: Sequence[int], new_lengths: Sequence[int]) -> tuple[list[int], list[tuple[int, int]]]:
+    """(position ids of the T new tokens, each request's rows (Q_i, q_i)) (rule above)."""
     if len(past_lengths) != len(new_lengths) or not new_lengths:
         raise ValueError("need one past length and one new length per request, at least one request")
-    S, T = sum(past_lengths), sum(new_lengths)
     positions: list[int] = []
-    mask = torch.zeros(T, S + T, dtype=torch.bool)
-    past_start, new_start = 0, 0
+    spans: list[tuple[int, int]] = []
+    start = 0
     for L, q in zip(past_lengths, new_lengths):
-        for j in range(q):
-            row = new_start + j
-            positions.append(L + j)
-            mask[row, past_start : past_start + L] = True
-            mask[row, S + new_start : S + row + 1] = True
-        past_start += L
-        new_start += q
-    return positions, mask
+        positions.extend(range(L, L + q))
+        spans.append((start, q))
+        start += q
+    return positions, spans
+
+
+def segment_mask(past_length: int, new_length: int) -> torch.Tensor | None:
+    """Boolean mask q x (L + q), True = may attend: query j sees keys 0 .. L + j; None when q = 1 (it
+    sees every key)."""
+    if new_length == 1:
+        return None
+    return torch.ones(new_length, past_length + new_length, dtype=torch.bool).tril(past_length)
 
 
 class PackedStepCache:
-    """The KV a packed step attends over: the requests' caches, read-only, then the step's new keys.
+    """The cache a packed step hands the model: the requests' caches, read-only, and the step's new keys.
 
-    The model calls `update(keys, values, layer)` once per layer with the new tokens' keys; this returns
-    the concatenation (cached keys of every request, then the new ones) and keeps the new keys so the
-    caller can hand each request its own slice (`new_kv`)."""
+    The model calls `update(keys, values, layer)` once per layer with the new tokens' keys; they are kept
+    (so the caller can hand each request its own slice with `append_to`) and returned as they are:
+    `segment_attention` reads each request's cached keys from its own cache."""
 
-    def __init__(self, caches: Sequence[object]):
-        self._caches = [cache for cache in caches if cache.get_seq_length() > 0]  # an empty one adds no keys
-        self._length = sum(cache.get_seq_length() for cache in self._caches)
+    def __init__(self, caches: Sequence[object], spans: Sequence[tuple[int, int]]):
+        self.caches = list(caches)
+        self.spans = list(spans)
+        self._length = sum(cache.get_seq_length() for cache in self.caches)
         self.new: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
@@ -70,9 +78,7 @@ class PackedStepCache:
 
     def update(self, key_states, value_states, layer_idx, cache_kwargs=None):
         self.new[layer_idx] = (key_states, value_states)
-        keys = [cache.layers[layer_idx].keys for cache in self._caches] + [key_states]
-        values = [cache.layers[layer_idx].values for cache in self._caches] + [value_states]
-        return torch.cat(keys, dim=2), torch.cat(values, dim=2)
+        return key_states, value_states
 
     def append_to(self, cache, start: int, count: int) -> None:
         """Append new tokens [start, start + count) of the packed row to one request's own cache."""
@@ -83,6 +89,52 @@ class PackedStepCache:
             cache.update(keys[:, :, start : start + count], values[:, :, start : start + count], layer_idx)
 
 
+def segment_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+    """transformers' attention interface (rule `segment`): per request inside a packed step, else sdpa."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    step: PackedStepCache | None = kwargs.pop("dspine_packed_step", None)
+    if step is None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+    layer = module.layer_idx
+    gqa = getattr(module, "num_key_value_groups", 1) > 1
+    outputs = []
+    for cache, (start, q) in zip(step.caches, step.spans):
+        new_keys, new_values = key[:, :, start : start + q], value[:, :, start : start + q]
+        past = cache.get_seq_length()
+        if past:
+            held = cache.layers[layer]
+            new_keys = torch.cat([held.keys, new_keys], dim=2)
+            new_values = torch.cat([held.values, new_values], dim=2)
+        outputs.append(
+            torch.nn.functional.scaled_dot_product_attention(
+                query[:, :, start : start + q],
+                new_keys,
+                new_values,
+                attn_mask=segment_mask(past, q),
+                scale=scaling,
+                enable_gqa=gqa,
+            )
+        )
+    return torch.cat(outputs, dim=2).transpose(1, 2).contiguous(), None
+
+
+def install_segment_attention(model) -> None:
+    """Make `segment_attention` the model's attention (once; it is sdpa outside packed steps). Only a model
+    on sdpa is switched: any other implementation is refused, since outside packed steps it would change."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
+    current = model.config._attn_implementation
+    if current == SEGMENT_ATTENTION:
+        return
+    if current != "sdpa":
+        raise ValueError(f"packed steps need the model on sdpa attention, not {current!r}")
+    AttentionInterface.register(SEGMENT_ATTENTION, segment_attention)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(SEGMENT_ATTENTION, sdpa_mask)  # the same masks outside packed steps
+    model.set_attn_implementation(SEGMENT_ATTENTION)
+
+
 def forward_packed(
     model, caches: Sequence[object], feeds: Sequence[list[int]], logit_rows: Sequence[int] | None = None
 ) -> tuple[list[torch.Tensor], PackedStepCache]:
@@ -91,11 +143,12 @@ def forward_packed(
     Returns each request's logits (its last `logit_rows[i]` rows, all q_i by default) and the step cache
     holding the new keys; the caller appends each request's kept tokens with `append_to` (its own caches
     are not modified here)."""
+    install_segment_attention(model)
     past_lengths = [cache.get_seq_length() for cache in caches]
     new_lengths = [len(feed) for feed in feeds]
     rows = list(new_lengths) if logit_rows is None else list(logit_rows)
-    positions, allowed = packed_layout(past_lengths, new_lengths)
-    step_cache = PackedStepCache(caches)
+    positions, spans = packed_layout(past_lengths, new_lengths)
+    step_cache = PackedStepCache(caches, spans)
     input_ids = torch.tensor([[token for feed in feeds for token in feed]], dtype=torch.long)
     position_ids = torch.tensor([positions], dtype=torch.long)
     keep, end = [], 0
@@ -105,10 +158,11 @@ def forward_packed(
     out = model(
         input_ids=input_ids,
         position_ids=position_ids,
-        attention_mask=allowed[None, None],
+        attention_mask=torch.ones(1, 1, 1, 1, dtype=torch.bool),  # 4D: taken as prepared; segments mask instead
         past_key_values=step_cache,
         use_cache=True,
         logits_to_keep=torch.tensor(keep, dtype=torch.long),
+        dspine_packed_step=step_cache,
     )
     logits, start = [], 0
     for r in rows:

@@ -9,10 +9,10 @@ a mask that keeps every request to its own KV and its own earlier new tokens, po
 continuing each request's own length). A step alone, and every step when `max_batch_requests` is 1,
 is exactly what the request running by itself does, so greedy output at `max_batch_requests = 1`
 is byte-identical to decoding each request alone (the interleaving the engine had before batching).
-Prefill chunks alternate with the batched verify steps instead of sharing their forward: a packed
-forward attends over every member's KV with a mask, so a 512-token chunk beside long contexts would
-compute (chunk tokens x all members' keys) scores only to discard most of them, and a chunk alone
-keeps a prompt's KV, hence the prefix-cache blocks, independent of who else was running.
+Prefill chunks alternate with the batched verify steps instead of sharing their forward: a chunk alone
+keeps a prompt's KV, hence the prefix-cache blocks, bit for bit independent of who else was running,
+and a 512-token chunk is bound by arithmetic, not by reading the weights, so the verify steps riding
+along would save only their own weight reads (a few per cent of the chunk's time).
 Within a group each request accepts its own longest matching draft prefix (speculative.py) from its
 own logits rows, and its KV grows by its last token and its accepted drafts only. A failed batched
 forward ends every request of its group with an error (their KV is not cached); a request that
