@@ -77,6 +77,9 @@ def load_model(config: EmbeddedEngineConfig) -> LoadedModel:
         str(path.parent), gguf_file=path.name, dtype=dtype, quantization_config=quantization
     )
     model.eval()
+    from .batch import install_segment_attention
+
+    install_segment_attention(model)  # transformers' sdpa outside packed steps, per request inside them
     eos = {tokenizer.eos_token_id}
     if getattr(model.generation_config, "eos_token_id", None) is not None:
         ids = model.generation_config.eos_token_id
