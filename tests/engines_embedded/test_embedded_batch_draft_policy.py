@@ -1,32 +1,37 @@
 """draft_policy.py rule `batch` and the engine's batched draft choice, with hand-worked fake costs."""
 
 from ray_dspine.engines.embedded.config import EmbeddedEngineConfig
-from ray_dspine.engines.embedded.draft_policy import AcceptanceTracker, choose_draft_length
+from ray_dspine.engines.embedded.draft_policy import AcceptanceTracker, choose_draft_length, geometric_values
 from ray_dspine.engines.embedded.engine import EmbeddedEngine
 from ray_dspine.engines.embedded.sequence import Sequence
+
+
+def choose(alpha, costs, **kwargs):
+    return choose_draft_length(geometric_values(alpha, len(costs) - 1), costs, **kwargs)
 
 
 def test_batch_choice_weighs_the_whole_step():
     costs = [1.0, 1.4]  # c(0) = 1, c(1) = 1.4 (total draft tokens of the step)
     # alone, alpha 0.5: k=0 1/1 = 1, k=1 1.5/1.4 = 1.071 -> draft 1
-    assert choose_draft_length(0.5, costs) == 1
+    assert choose(0.5, costs) == 1
     # beside one request worth 1 expected token: k=0 (1 + 1)/1 = 2, k=1 (1 + 1.5)/1.4 = 1.786 -> no draft,
     # a draft that slows the whole step by 40% does not pay for itself any more
-    assert choose_draft_length(0.5, costs, rest_tokens=1.0) == 0
+    assert choose(0.5, costs, rest_tokens=1.0) == 0
     # the earlier requests already drafted 2 tokens: the choice reads c(2 + k)
     # costs c = 1, 1.1, 1.2, 1.3; alpha 0.9, rest 2 tokens: k=0 3/1.2 = 2.5, k=1 3.9/1.3 = 3.0 -> 1
-    assert choose_draft_length(0.9, [1.0, 1.1, 1.2, 1.3], rest_tokens=2.0, rest_draft=2) == 1
+    assert choose(0.9, [1.0, 1.1, 1.2, 1.3], rest_tokens=2.0, rest_draft=2) == 1
     # the defaults are the alone rule: E(k)/c(k), same ties
-    assert choose_draft_length(0.0, [1.0, 1.0, 1.0]) == 0
+    assert choose(0.0, [1.0, 1.0, 1.0]) == 0
 
 
 def _seq(alpha_hits: int, trials: int, proposal_tokens: int) -> Sequence:
     seq = Sequence(
         request_id="x", prompt_ids=[1], max_tokens=50, temperature=0.0, top_p=1.0, eos_token_ids=frozenset(),
         detokenizer=None, drafter=None, generator=None, histogram_size=9,
-        acceptance=AcceptanceTracker(history_decay=1.0),
+        acceptance=AcceptanceTracker(history_decay=1.0, max_draft=2),
     )
-    seq.acceptance.accepted, seq.acceptance.trials = alpha_hits, trials
+    # position 1 only (position 2 untried takes position 1's rate): one rate alpha = (hits + 1/2) / (trials + 1)
+    seq.acceptance.accepted, seq.acceptance.trials = [alpha_hits, 0.0], [trials, 0.0]
     return seq
 
 

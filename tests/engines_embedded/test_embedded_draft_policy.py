@@ -12,6 +12,7 @@ from ray_dspine.engines.embedded.draft_policy import (
     bucket_lo,
     choose_draft_length,
     expected_tokens,
+    geometric_values,
     prior_costs,
 )
 
@@ -21,54 +22,87 @@ def test_rule_value_is_expected_tokens_per_step():
     assert expected_tokens(0.5, 2) == pytest.approx(1.75)  # 1 + 0.5 + 0.25
     assert expected_tokens(1.0, 3) == 4.0
     assert expected_tokens(0.0, 5) == 1.0
+    assert geometric_values(0.5, 3) == pytest.approx([1.0, 1.5, 1.75, 1.875])
+
+
+def choose(alpha, costs, **kwargs):
+    """The choice when every position's rate is alpha."""
+    return choose_draft_length(geometric_values(alpha, len(costs) - 1), costs, **kwargs)
 
 
 def test_rule_choice_maximises_tokens_per_cost():
     # alpha 0.5, r 0.1: k=1 1.5/1.1 = 1.364, k=2 1.75/1.2 = 1.458, k=3 1.875/1.3 = 1.442 -> 2
-    assert choose_draft_length(0.5, prior_costs(0.1, 8)) == 2
+    assert choose(0.5, prior_costs(0.1, 8)) == 2
     # alpha 0.9, r 0.1: E(k)/(1 + 0.1k) grows to k=8 (5.13/1.8 = 2.85 > k=7 4.70/1.7 = 2.77)
-    assert choose_draft_length(0.9, prior_costs(0.1, 8)) == 8
-    assert choose_draft_length(0.9, prior_costs(0.1, 3)) == 3  # capped by the proposal's length
+    assert choose(0.9, prior_costs(0.1, 8)) == 8
+    assert choose(0.9, prior_costs(0.1, 3)) == 3  # capped by the proposal's length
     # alpha 0.05, r 0.1: k=1 1.05/1.1 = 0.955 < 1 -> no draft, the autoregressive rate
-    assert choose_draft_length(0.05, prior_costs(0.1, 8)) == 0
+    assert choose(0.05, prior_costs(0.1, 8)) == 0
     # nothing to gain (alpha 0, free verify): ties go to the smaller k
-    assert choose_draft_length(0.0, prior_costs(0.0, 8)) == 0
+    assert choose(0.0, prior_costs(0.0, 8)) == 0
 
 
-def test_rule_acceptance_decayed_counts():
-    tracker = AcceptanceTracker(history_decay=0.5)
-    assert tracker.alpha == 0.5
-    tracker.observe_verify(4, 2)  # 2 accepted, 1 rejection trial: s 2, n 3 -> (2.5) / 4
-    assert tracker.alpha == pytest.approx(0.625)
-    tracker.observe_shadow(7, 8)  # wrong: s 1 + 0, n 1.5 + 1 -> 1.5 / 3.5
-    assert tracker.alpha == pytest.approx(1.5 / 3.5)
-    tracker.observe_verify(3, 3)  # all accepted, no rejection trial: s 3.5, n 4.25 -> 4 / 5.25
-    assert tracker.alpha == pytest.approx(4 / 5.25)
-    tracker.observe_verify(0, 0)  # nothing drafted: nothing observed
-    assert tracker.alpha == pytest.approx(4 / 5.25)
+def test_rule_acceptance_decayed_counts_per_position():
+    tracker = AcceptanceTracker(history_decay=0.5, max_draft=4)
+    assert tracker.rates() == [0.5, 0.5, 0.5, 0.5] and tracker.alpha == 0.5  # never tried: 1/2 all along
+    tracker.observe_verify(4, 2)  # hits at 1, 2, a miss at 3: s (1, 1, 0, 0), n (1, 1, 1, 0)
+    # a_1 = 1.5 / 2; a_2 = (1 + 0.75) / 2; a_3 = (0 + 0.875) / 2; a_4 untried = (0 + 0.4375) / 1
+    assert tracker.rates() == pytest.approx([0.75, 0.875, 0.4375, 0.4375])
+    # E: 1, + 0.75, + 0.75 * 0.875 = 0.65625, + 0.65625 * 0.4375 = 0.287109375, + 0.287109375 * 0.4375
+    assert tracker.values(4) == pytest.approx([1.0, 1.75, 2.40625, 2.693359375, 2.8189697265625])
+    assert tracker.values(2) == pytest.approx([1.0, 1.75, 2.40625])
+    tracker.observe_shadow(7, 8)  # decay to s (0.5, 0.5, 0, 0), n (0.5, 0.5, 0.5, 0); a miss at 1: n_1 1.5
+    # a_1 = 1 / 2.5; a_2 = (0.5 + 0.4) / 1.5; a_3 = (0 + 0.6) / 1.5; a_4 = 0.4 / 1
+    assert tracker.rates() == pytest.approx([0.4, 0.6, 0.4, 0.4])
+    tracker.observe_verify(3, 3)  # decay, then hits at 1..3, no miss: s (1.25, 1.25, 1, 0), n (1.75, 1.25, 1.25, 0)
+    a1 = 1.75 / 2.75
+    a2 = (1.25 + a1) / 2.25
+    a3 = (1 + a2) / 2.25
+    assert tracker.rates() == pytest.approx([a1, a2, a3, a3])
+    tracker.observe_verify(0, 0)  # nothing drafted: nothing observed, nothing decayed
+    assert tracker.rates() == pytest.approx([a1, a2, a3, a3])
+
+
+def test_rule_acceptance_bursty_drafts_draft_long():
+    # Two drafts copied whole, then six steps whose proposal was wrong at once (shadow misses):
+    # position 1: 2 hits of 8 trials, a_1 = 2.5 / 9 = 0.2778; positions 2..8: 2 of 2, each backed off to the
+    # one before: a_2 = (2 + 0.2778) / 3 = 0.7593, a_3 = (2 + 0.7593) / 3 = 0.9198, ... a_8 = 0.9997.
+    tracker = AcceptanceTracker(history_decay=1.0, max_draft=8)
+    for _ in range(2):
+        tracker.observe_verify(8, 8)
+    for _ in range(6):
+        tracker.observe_shadow(1, 2)
+    assert tracker.rates()[:3] == pytest.approx([2.5 / 9, (2 + 2.5 / 9) / 3, (2 + (2 + 2.5 / 9) / 3) / 3])
+    values = tracker.values(8)
+    assert values[4] == pytest.approx(1.8715, abs=1e-4) and values[8] == pytest.approx(2.6178, abs=1e-4)
+    # prior costs 1 + 0.1 k: E(8) / 1.8 = 1.454 beats every shorter draft (E(4) / 1.4 = 1.337) -> 8
+    assert choose_draft_length(values, prior_costs(0.1, 8)) == 8
+    # one rate for all positions from the same steps (16 accepted of 16 + 6 trials: (16.5) / 23 = 0.717)
+    # undervalues the tail once the first token is right: it drafts 4
+    assert choose(16.5 / 23, prior_costs(0.1, 8)) == 4
 
 
 def test_rule_a_request_whose_drafts_fail_falls_to_autoregressive_and_recovers():
-    tracker = AcceptanceTracker(history_decay=0.95)
+    tracker = AcceptanceTracker(history_decay=0.95, max_draft=8)
     lengths = []
     for _ in range(6):
-        k = choose_draft_length(tracker.alpha, prior_costs(0.1, 8))
+        k = choose_draft_length(tracker.values(8), prior_costs(0.1, 8))
         lengths.append(k)
         if k:
             tracker.observe_verify(k, 0)
         else:
             tracker.observe_shadow(1, 2)
-    # alpha: 0.5 -> 0.25 -> 0.1695 -> 0.1298 -> 0.1062 -> 0.0905 (n = 20 (1 - 0.95^t), alpha = 0.5 / (n + 1))
+    # a_1 (only position 1 is ever tried, so every a_i = a_1): 0.5 -> 0.25 -> 0.1695 -> 0.1298 -> 0.1062 -> 0.0905 (n = 20 (1 - 0.95^t), alpha = 0.5 / (n + 1))
     assert lengths == [2, 1, 1, 1, 1, 0]
     for _ in range(50):  # still rejected: stays at k = 0
-        assert choose_draft_length(tracker.alpha, prior_costs(0.1, 8)) == 0
+        assert choose_draft_length(tracker.values(8), prior_costs(0.1, 8)) == 0
         tracker.observe_shadow(1, 2)
     # the request starts repeating its context: n ~ 20 after 56 trials, s = 1 then 1.95 after one, two
     # right shadows: alpha = 1.5 / 20.9 = 0.072 (k = 0), then 2.45 / 20.9 = 0.117 (k = 1: 1.117 / 1.1 > 1)
     tracker.observe_shadow(5, 5)
-    assert choose_draft_length(tracker.alpha, prior_costs(0.1, 8)) == 0
+    assert choose_draft_length(tracker.values(8), prior_costs(0.1, 8)) == 0
     tracker.observe_shadow(5, 5)
-    assert choose_draft_length(tracker.alpha, prior_costs(0.1, 8)) == 1
+    assert choose_draft_length(tracker.values(8), prior_costs(0.1, 8)) == 1
 
 
 def test_rule_buckets():
@@ -108,14 +142,14 @@ def test_rule_choice_with_measured_costs_that_are_not_linear():
     assert table == pytest.approx([0.235, 0.447, 0.447] + [0.434] * 6)
     # alpha 0.7: E(0)/c = 1/0.235 = 4.26 tok/s; E(1) 1.7/0.447 = 3.80; E(2) 2.19/0.447 = 4.90;
     # E(3) 2.533/0.434 = 5.84; ... E(8) = (1 - 0.7^9)/0.3 = 3.199, /0.434 = 7.37 (the largest) -> 8
-    assert choose_draft_length(0.7, table) == 8
-    assert choose_draft_length(0.7, table[:3]) == 2  # proposal of 2: 4.90 > 4.26
-    assert choose_draft_length(0.7, table[:2]) == 0  # proposal of 1: 3.80 < 4.26
+    assert choose(0.7, table) == 8
+    assert choose(0.7, table[:3]) == 2  # proposal of 2: 4.90 > 4.26
+    assert choose(0.7, table[:2]) == 0  # proposal of 1: 3.80 < 4.26
     # alpha 0.5: E(8) = 1.996, /0.434 = 4.60 > 4.26 -> 8; alpha 0.3: E(8) = 1.4285, /0.434 = 3.29 -> 0
-    assert choose_draft_length(0.5, table) == 8
-    assert choose_draft_length(0.3, table) == 0
+    assert choose(0.5, table) == 8
+    assert choose(0.3, table) == 0
     # the linear fit of the same steps (r ~ 0.9) drafts at most 1: E(1)/(1 + 0.9) = 0.895 < 1
-    assert choose_draft_length(0.7, prior_costs(0.9, 8)) == 0
+    assert choose(0.7, prior_costs(0.9, 8)) == 0
 
 
 def test_rule_explore_unmeasured_then_stale_buckets():

@@ -1,16 +1,23 @@
 """Adaptive draft length: draft only as many tokens as pay for their verification, down to none.
 
 Rules (per request, at every decode step; k = draft tokens verified with the step's last token):
-  acceptance: the request's per-token acceptance rate, from exponentially decayed counts
-                s <- lambda * s + accepted,   n <- lambda * n + trials,   alpha = (s + 1/2) / (n + 1)
-              (starts at 1/2; an always-rejected request settles at alpha = (1/2) / (1/(1 - lambda) + 1),
-              1/42 at lambda = 0.95.) A verify step that drafted k and accepted m adds (m, m + 1) if
-              m < k, else (m, m) (the first rejection is a trial, the bonus token is not). A step that
-              drafted nothing while the drafter had a proposal is a free shadow trial: (1, 1) if the
-              proposal's first token is the token the step produced, else (0, 1); no proposal adds nothing.
-  value:      E(k) = 1 + alpha + ... + alpha^k = (1 - alpha^(k+1)) / (1 - alpha) tokens per step
-              (k + 1 when alpha = 1), the expected tokens of a k-token draft whose tokens are accepted
-              independently with probability alpha.
+  acceptance: per draft position i = 1..K, the request's rate of accepting the i-th draft token given
+              that the first i - 1 were accepted, from exponentially decayed counts (every step decays
+              every position: s_i <- lambda * s_i, n_i <- lambda * n_i, then adds what it observed):
+                a_1 = (s_1 + 1/2) / (n_1 + 1),    a_i = (s_i + a_{i-1}) / (n_i + 1) for i >= 2
+              (a position never tried takes the rate before it, with the weight of one trial; a_1
+              starts at 1/2, and an always-rejected request settles at a_1 = (1/2) / (1/(1 - lambda) + 1),
+              1/42 at lambda = 0.95.) A verify step that drafted k and accepted m adds a hit (1, 1) at
+              positions 1..m and, if m < k, a miss (0, 1) at position m + 1 (the bonus token is no
+              trial). A step that drafted nothing while the drafter had a proposal is a free shadow trial
+              at position 1: a hit if the proposal's first token is the token the step produced, else a
+              miss; no proposal adds nothing. `alpha` = a_1.
+              Why per position: prompt-lookup drafts are bursty (a draft copied from a repeated region is
+              right all along or wrong at its first token), so once the first token is accepted the next
+              ones mostly are too; one rate for every position would undervalue long drafts.
+  value:      E(k) = 1 + a_1 + a_1 a_2 + ... + a_1 ... a_k tokens per step: the expected tokens of a
+              k-token draft (each position reached only if all before it were accepted). With every a_i
+              equal to alpha this is (1 - alpha^(k+1)) / (1 - alpha) (`expected_tokens`).
   buckets:    draft lengths are measured in buckets b(0) = 0, b(k) = bitlength(k - 1) + 1 for k >= 1:
               {0}, {1}, {2}, {3, 4}, {5..8}, {9..16}, {17..32}, {33..64}; hi(b) = 0, 1, 2, 4, 8, ...
               is a bucket's longest length, lo(b) = 0, 1, 2, 3, 5, ... its shortest.
@@ -28,7 +35,7 @@ Rules (per request, at every decode step; k = draft tokens verified with the ste
               proposal's length); ties go to the smaller k. E(0) / c(0) is the autoregressive rate, so
               a step drafts only when drafting is expected to produce more tokens per second, and a
               request whose drafts are rejected falls to k = 0 and decodes at the autoregressive rate
-              while its shadow trials keep measuring alpha.
+              while its shadow trials keep measuring a_1.
   explore:    engine-wide, at most once per T seconds (explore_interval_s, by the injected clock): at a
               step of an unseeded request with a proposal of length L >= 1, at time `now`, let
               b* = the bucket with lo(b) <= L whose t[b] is oldest (unmeasured first; ties to the
@@ -49,16 +56,22 @@ Rules (per request, at every decode step; k = draft tokens verified with the ste
               t drafts are taken, instead of choosing. Seeded sampled requests keep the prior of a step alone.
 Parameters: lambda in (0, 1] (history_decay, per step); weight w in (0, 1] of the newest cost sample;
 prior_ratio rho >= 0; T > 0 seconds; K in [1, 64] tokens. Costs in seconds (any unit for the prior).
-Complexity: O(K) per choice, O(number of buckets) = O(log K) per exploration check, O(1) per observation.
+Complexity: O(K) per choice and per observation, O(number of buckets) = O(log K) per exploration check.
 """
 
 from __future__ import annotations
 
 
 def expected_tokens(alpha: float, k: int) -> float:
+    """E(k) when every position's rate is alpha (rule `value`)."""
     if alpha >= 1.0:
         return float(k + 1)
     return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def geometric_values(alpha: float, max_k: int) -> list[float]:
+    """E(0..max_k) when every position's rate is alpha."""
+    return [expected_tokens(alpha, k) for k in range(max_k + 1)]
 
 
 def bucket(k: int) -> int:
@@ -78,37 +91,67 @@ def prior_costs(ratio: float, max_k: int) -> list[float]:
     return [1.0 + ratio * k for k in range(max_k + 1)]
 
 
-def choose_draft_length(alpha: float, costs: list[float], rest_tokens: float = 0.0, rest_draft: int = 0) -> int:
-    """k* = argmax over k in 0..len(costs) - 1 - rest_draft of (rest_tokens + E(k)) / costs[rest_draft + k];
-    ties go to the smaller k (rule `choice`; rest_tokens = rest_draft = 0 for a step alone)."""
-    best_k, best = 0, (rest_tokens + 1.0) / costs[rest_draft]
-    for k in range(1, len(costs) - rest_draft):
-        value = (rest_tokens + expected_tokens(alpha, k)) / costs[rest_draft + k]
+def choose_draft_length(
+    values: list[float], costs: list[float], rest_tokens: float = 0.0, rest_draft: int = 0
+) -> int:
+    """k* = argmax over k in 0..min(len(values), len(costs) - rest_draft) - 1 of
+    (rest_tokens + values[k]) / costs[rest_draft + k], values[k] = E(k); ties go to the smaller k (rule
+    `choice`; rest_tokens = rest_draft = 0 for a step alone)."""
+    best_k, best = 0, (rest_tokens + values[0]) / costs[rest_draft]
+    for k in range(1, min(len(values), len(costs) - rest_draft)):
+        value = (rest_tokens + values[k]) / costs[rest_draft + k]
         if value > best * (1 + 1e-12):
             best_k, best = k, value
     return best_k
 
 
 class AcceptanceTracker:
-    def __init__(self, history_decay: float):
+    """A request's per-position acceptance counts (rule `acceptance`) and the values E(k) (rule `value`)."""
+
+    def __init__(self, history_decay: float, max_draft: int):
         self.decay = history_decay
-        self.accepted = 0.0
-        self.trials = 0.0
+        self.accepted = [0.0] * max_draft  # s_i at index i - 1
+        self.trials = [0.0] * max_draft  # n_i at index i - 1
+
+    def rates(self) -> list[float]:
+        """a_1 .. a_K."""
+        rates, before = [], None
+        for hits, tries in zip(self.accepted, self.trials):
+            rate = (hits + 0.5) / (tries + 1.0) if before is None else (hits + before) / (tries + 1.0)
+            rates.append(rate)
+            before = rate
+        return rates
 
     @property
     def alpha(self) -> float:
-        return (self.accepted + 0.5) / (self.trials + 1.0)
+        return self.rates()[0] if self.trials else 0.5
 
-    def _add(self, accepted: int, trials: int) -> None:
-        self.accepted = self.decay * self.accepted + accepted
-        self.trials = self.decay * self.trials + trials
+    def values(self, max_k: int) -> list[float]:
+        """E(0) .. E(min(max_k, K))."""
+        values, reach = [1.0], 1.0
+        for rate in self.rates()[:max_k]:
+            reach *= rate
+            values.append(values[-1] + reach)
+        return values
+
+    def _observe(self, hits: int, missed: bool) -> None:
+        for i in range(len(self.trials)):
+            self.accepted[i] *= self.decay
+            self.trials[i] *= self.decay
+        hits = min(hits, len(self.trials))
+        for i in range(hits):
+            self.accepted[i] += 1.0
+            self.trials[i] += 1.0
+        if missed and hits < len(self.trials):
+            self.trials[hits] += 1.0
 
     def observe_verify(self, num_drafted: int, num_accepted: int) -> None:
         if num_drafted > 0:
-            self._add(num_accepted, num_accepted + (1 if num_accepted < num_drafted else 0))
+            self._observe(num_accepted, num_accepted < num_drafted)
 
     def observe_shadow(self, proposed_first: int, produced: int) -> None:
-        self._add(1 if proposed_first == produced else 0, 1)
+        hit = proposed_first == produced
+        self._observe(1 if hit else 0, not hit)
 
 
 class StepCosts:

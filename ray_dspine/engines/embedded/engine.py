@@ -48,7 +48,7 @@ from .admission import AdmissionController, Overloaded
 from .block_cache import BlockCache
 from .config import EmbeddedEngineConfig
 from .batch import forward_packed
-from .draft_policy import StepCosts, expected_tokens
+from .draft_policy import StepCosts
 from .kv_blocks import block_payload, cache_from_blocks
 from .model import LoadedModel, load_model, resolve_num_threads, set_threads
 from .prompt import render_prompt
@@ -323,8 +323,10 @@ class EmbeddedEngine:
                 draft = choose_draft(seq, proposals[i], costs, now, rest_tokens + later, rest_draft, may_explore=False)
             drafts.append(draft)
             rest_draft += len(draft)
-            alpha = seq.acceptance.alpha if seq.acceptance is not None else 1.0
-            rest_tokens += expected_tokens(alpha, len(draft))
+            if seq.acceptance is not None:
+                rest_tokens += seq.acceptance.values(len(draft))[-1]  # E_i(k_i)
+            else:
+                rest_tokens += len(draft) + 1
         return drafts
 
     def _step_batch(self, group: list[tuple[str, Sequence]]) -> None:

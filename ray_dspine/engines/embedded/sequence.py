@@ -130,14 +130,14 @@ def choose_draft(
     always uses the prior costs of a step alone, so its draws stay reproducible."""
     if seq.acceptance is None or not proposal:
         return proposal
-    alpha = seq.acceptance.alpha
+    values = seq.acceptance.values(len(proposal))
     if seq.fixed_cost_ratio is not None or costs is None:
-        return proposal[: choose_draft_length(alpha, prior_costs(seq.fixed_cost_ratio or 0.0, len(proposal)))]
+        return proposal[: choose_draft_length(values, prior_costs(seq.fixed_cost_ratio or 0.0, len(proposal)))]
     if may_explore:
         k = costs.explore(len(proposal), now)
         if k is not None:
             return proposal[:k]
-    return proposal[: choose_draft_length(alpha, costs.costs(rest_draft + len(proposal)), rest_tokens, rest_draft)]
+    return proposal[: choose_draft_length(values, costs.costs(rest_draft + len(proposal)), rest_tokens, rest_draft)]
 
 
 def finish_verify(seq: Sequence, logits: torch.Tensor, proposal: list[int], draft: list[int]) -> list[int]:

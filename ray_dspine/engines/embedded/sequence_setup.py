@@ -64,7 +64,7 @@ def make_sequence(
         drafter=drafter,
         generator=generator,
         histogram_size=config.num_draft_tokens + 1,
-        acceptance=AcceptanceTracker(config.draft_history_decay) if config.adaptive_draft else None,
+        acceptance=AcceptanceTracker(config.draft_history_decay, config.num_draft_tokens) if config.adaptive_draft else None,
         fixed_cost_ratio=config.draft_cost_ratio_prior if generator is not None and request.seed is not None else None,
         path="speculative" if drafter_enabled else "autoregressive",
     )
