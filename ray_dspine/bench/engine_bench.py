@@ -15,13 +15,14 @@ The prompt-set engines run without prefix reuse (each prompt is decoded from scr
 Then the multi-turn agent scenario (engine_agent.py): tau-bench conversations turn by turn, TTFT and
 throughput at each concurrency, with and without prefix reuse, in the serving dtype.
 Batching (`concurrency` in the result): the same prompts, greedy, in the serving dtype, at
-concurrency 1 and 4 (workers take the prompts in order, each starting the next when its request
-ends), on the batched engine (the default `max_batch_requests`) and the unbatched one
-(`max_batch_requests = 1`), cells interleaved (c1 unbatched, c1 batched, c4 batched, c4 unbatched)
+concurrency 1 and 4, closed loop (each of the c workers decodes every prompt once, worker w starting
+at prompt w and going round, each starting its next request when the last one ends: c requests in
+flight until the workers' last ones, c x prompts requests in the cell), on the batched engine (the
+default `max_batch_requests`) and the unbatched one (`max_batch_requests = 1`), cells interleaved (c1 unbatched, c1 batched, c4 batched, c4 unbatched)
 so machine noise hits both alike. Aggregate output tokens/s = output tokens of the cell / its wall
 seconds (and per CPU-second); the ratio is batched / unbatched at the same concurrency. The exact
 reference is each prompt decoded alone (unbatched, concurrency 1); a cell's greedy mismatches are
-the prompts whose text differs from it. In fp32 (the default) the unbatched cells must have none;
+the requests whose text differs from it. In fp32 (the default) the unbatched cells must have none;
 in bf16 a block verify rounds differently from shorter blocks, so timing-dependent draft lengths
 alone can change a greedy token and even the unbatched cells may count some.
 """
@@ -203,29 +204,31 @@ BATCH_CONCURRENCY = (1, 4)
 
 
 async def _batching_cell(engine: EmbeddedEngine, prompts: list[dict], max_tokens: int, concurrency: int, tag: str):
-    pending = list(enumerate(prompts))
-    texts: dict[int, str] = {}
+    """Closed loop at `concurrency`: worker w decodes every prompt once, starting at prompt w and going round,
+    so `concurrency` requests are in flight until the workers' last requests (concurrency x prompts in all)."""
+    texts: dict[tuple[int, int], str] = {}
     tokens = 0
 
-    async def worker() -> None:
+    async def worker(w: int) -> None:
         nonlocal tokens
-        while pending:
-            index, prompt = pending.pop(0)
-            text, usage, _s, _cpu = await _decode(engine, prompt["messages"], max_tokens, f"{tag}-{index}")
-            texts[index] = text
+        for step in range(len(prompts)):
+            index = (w + step) % len(prompts)
+            text, usage, _s, _cpu = await _decode(engine, prompts[index]["messages"], max_tokens, f"{tag}-{w}-{index}")
+            texts[w, index] = text
             tokens += usage.completion_tokens if usage is not None else 0  # an error chunk carries none
 
     start, cpu_start = time.perf_counter(), time.process_time()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    await asyncio.gather(*(worker(w) for w in range(concurrency)))
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     figures = {
+        "requests": len(texts),
         "output_tokens": tokens,
         "wall_s": round(wall, 2),
         "cpu_s": round(cpu, 2),
         "tokens_per_s": round(tokens / wall, 2) if wall else None,
         "cpu_tokens_per_s": round(tokens / cpu, 2) if cpu else None,
     }
-    return [texts[i] for i in range(len(prompts))], figures
+    return texts, figures
 
 
 async def _run_batching(dtype: str, prompts: list[dict], max_tokens: int, num_draft_tokens: int, progress) -> dict:
@@ -244,7 +247,7 @@ async def _run_batching(dtype: str, prompts: list[dict], max_tokens: int, num_dr
         for _ in range(2):  # untimed warm-up, a batched step included
             await asyncio.gather(*(_decode(engine, prompts[0]["messages"], 16, f"warmup-{i}") for i in range(2)))
     cells: dict[str, dict] = {}
-    texts: dict[tuple[int, str], list[str]] = {}
+    texts: dict[tuple[int, str], dict[tuple[int, int], str]] = {}
     for position, concurrency in enumerate(BATCH_CONCURRENCY):
         order = ("unbatched", "batched") if position % 2 == 0 else ("batched", "unbatched")
         for name in order:
@@ -256,11 +259,12 @@ async def _run_batching(dtype: str, prompts: list[dict], max_tokens: int, num_dr
             progress(f"batching {tag}: {figures['tokens_per_s']} tok/s")
     for engine in engines.values():
         await engine.stop()
-    reference = texts[min(BATCH_CONCURRENCY), "unbatched"]
+    reference = {index: text for (_w, index), text in texts[min(BATCH_CONCURRENCY), "unbatched"].items()}
     for concurrency in BATCH_CONCURRENCY:
         cell = cells[f"c{concurrency}"]
         for name in engines:
-            cell[name]["greedy_mismatches"] = sum(a != b for a, b in zip(texts[concurrency, name], reference))
+            decoded = texts[concurrency, name]
+            cell[name]["greedy_mismatches"] = sum(text != reference[index] for (_w, index), text in decoded.items())
         cell["ratio_batched_over_unbatched"] = _ratio(
             cell["batched"]["tokens_per_s"], cell["unbatched"]["tokens_per_s"]
         )

@@ -17,11 +17,13 @@ def test_batching_section_reports_both_engines_side_by_side(tiny, monkeypatch, c
     monkeypatch.setattr(engine_bench, "load_model", lambda _config: tiny)
     result = asyncio.run(engine_bench._run_batching("fp32", PROMPTS, 12, 4, lambda _m: None))
     assert set(result["cells"]) == {"c1", "c4"}
-    for cell in result["cells"].values():
+    for concurrency, cell in ((1, result["cells"]["c1"]), (4, result["cells"]["c4"])):
         for name in ("batched", "unbatched"):
             figures = cell[name]
-            # 5 prompts, 12 tokens each unless the tiny model emits its end token first
-            assert 0 < figures["output_tokens"] <= 60
+            # closed loop: each of the c workers decodes all 5 prompts, 12 tokens each unless the tiny model
+            # emits its end token first
+            assert figures["requests"] == 5 * concurrency
+            assert 0 < figures["output_tokens"] <= 60 * concurrency
             assert figures["tokens_per_s"] > 0 and figures["cpu_tokens_per_s"] > 0
         expected = round(cell["batched"]["tokens_per_s"] / cell["unbatched"]["tokens_per_s"], 3)
         assert cell["ratio_batched_over_unbatched"] == expected
