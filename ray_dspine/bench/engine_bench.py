@@ -18,8 +18,8 @@ Batching (`concurrency` in the result): the same prompts, greedy, in the serving
 concurrency 1 and 4, closed loop (each of the c workers decodes every prompt once, worker w starting
 at prompt w and going round, each starting its next request when the last one ends: c requests in
 flight until the workers' last ones, c x prompts requests in the cell), on the batched engine (the
-default `max_batch_requests`) and the unbatched one (`max_batch_requests = 1`), cells interleaved (c1 unbatched, c1 batched, c4 batched, c4 unbatched)
-so machine noise hits both alike. Aggregate output tokens/s = output tokens of the cell / its wall
+default `max_batch_requests`) and the unbatched one (`max_batch_requests = 1`), cells interleaved
+(c1 unbatched, c1 batched, c4 batched, c4 unbatched) so machine noise hits both alike. Aggregate output tokens/s = output tokens of the cell / its wall
 seconds (and per CPU-second); the ratio is batched / unbatched at the same concurrency. The exact
 reference is each prompt decoded alone (unbatched, concurrency 1); a cell's greedy mismatches are
 the requests whose text differs from it. In fp32 (the default) the unbatched cells must have none;

@@ -36,6 +36,7 @@ from typing import Sequence
 import torch
 
 SEGMENT_ATTENTION = "dspine_segments"
+_sdpa = None  # transformers' sdpa_attention_forward, bound by install_segment_attention (transformers loads lazily)
 
 
 def packed_layout(past_lengths: Sequence[int], new_lengths: Sequence[int]) -> tuple[list[int], list[tuple[int, int]]]:
@@ -91,11 +92,9 @@ class PackedStepCache:
 
 def segment_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
     """transformers' attention interface (rule `segment`): per request inside a packed step, else sdpa."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
     step: PackedStepCache | None = kwargs.pop("dspine_packed_step", None)
     if step is None:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+        return _sdpa(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
     layer = module.layer_idx
     gqa = getattr(module, "num_key_value_groups", 1) > 1
     outputs = []
@@ -122,7 +121,9 @@ def segment_attention(module, query, key, value, attention_mask, dropout=0.0, sc
 def install_segment_attention(model) -> None:
     """Make `segment_attention` the model's attention (once; it is sdpa outside packed steps). Only a model
     on sdpa is switched: any other implementation is refused, since outside packed steps it would change."""
+    global _sdpa
     from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
     current = model.config._attn_implementation
@@ -130,6 +131,7 @@ def install_segment_attention(model) -> None:
         return
     if current != "sdpa":
         raise ValueError(f"packed steps need the model on sdpa attention, not {current!r}")
+    _sdpa = sdpa_attention_forward
     AttentionInterface.register(SEGMENT_ATTENTION, segment_attention)
     ALL_MASK_ATTENTION_FUNCTIONS.register(SEGMENT_ATTENTION, sdpa_mask)  # the same masks outside packed steps
     model.set_attn_implementation(SEGMENT_ATTENTION)
