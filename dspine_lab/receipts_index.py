@@ -3,8 +3,9 @@
 Rule: one row per file under `docs/receipts/` except the index itself, grouped by topic (the first
 folder under `docs/receipts/`) and sorted by path, so the same files always give the same page. A row
 holds the file (linked), whether its figures are SIMULATED or MEASURED (a JSON receipt's own
-`simulated` flag; a receipt that names a GPU `device_name` is MEASURED; a PNG takes the verdict of
-the JSON receipt with the same stem, minus a `-paired` suffix) and the command recorded in it, with
+`simulated` flag; a receipt that names a `device_name` is MEASURED; a PNG takes the verdict of
+the JSON receipt with the same stem, minus a `-paired` suffix; a `records.jsonl` is the per-request
+records of the `receipt.json` beside it, and takes its verdict) and the command recorded in it, with
 the executable's path shortened to `ray-dspine`. Cost: one read of each JSON file, O(files).
 
 `python -m dspine_lab.receipts_index > docs/receipts/README.md` regenerates the page;
@@ -74,6 +75,10 @@ def describe(root: Path, relative: str) -> tuple[str, str]:
         if not command and data.get("attention_backend"):
             command = _prefill_floor_command(data)
         return _kind(data), command
+    if path.suffix == ".jsonl":
+        sibling = path.with_name("receipt.json")
+        kind = describe(root, sibling.relative_to(root).as_posix())[0] if sibling.exists() else ""
+        return kind, "per-request records of the run of `receipt.json`" if sibling.exists() else "per-request records"
     stem = path.stem.removesuffix("-paired")
     sibling = path.with_name(f"{stem}.json")
     if sibling.exists():
@@ -91,7 +96,7 @@ def render(root: Path = RECEIPTS) -> str:
             topic = this_topic
             lines += ["", f"## {topic}", "", "| file | figures | command |", "|---|---|---|"]
         kind, command = describe(root, relative)
-        shown = f"`{command}`" if command and not command.startswith("plot") else command
+        shown = f"`{command}`" if command and not command.startswith(("plot", "per-request")) else command
         lines.append(f"| [{relative}]({relative}) | {kind} | {shown.replace('|', chr(92) + '|')} |")
     return "\n".join(lines) + "\n"
 

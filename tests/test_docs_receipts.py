@@ -37,7 +37,8 @@ def test_links_in_docs_resolve():
 
 def test_index_rules_on_a_toy_folder(tmp_path):
     # Worked out by hand: two topics, sorted; the PNG takes its JSON sibling's verdict (the
-    # "-paired" suffix dropped); the executable's path shortens to ray-dspine; README.md is left out.
+    # "-paired" suffix dropped); records.jsonl points at the receipt.json beside it; the executable's path
+    # shortens to ray-dspine; README.md is left out.
     (tmp_path / "b").mkdir()
     (tmp_path / "a").mkdir()
     (tmp_path / "b" / "run.json").write_text(
@@ -45,11 +46,18 @@ def test_index_rules_on_a_toy_folder(tmp_path):
     )
     (tmp_path / "b" / "run-paired.png").write_bytes(b"png")
     (tmp_path / "a" / "gpu.json").write_text(json.dumps({"device_name": "NVIDIA H200", "command": "ray-dspine x"}))
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "receipt.json").write_text(json.dumps({"command_line": "ray-dspine bench replay"}))
+    (tmp_path / "c" / "records.jsonl").write_text("{}\n")
     (tmp_path / "README.md").write_text("old")
-    assert receipt_files(tmp_path) == ["a/gpu.json", "b/run-paired.png", "b/run.json"]
+    assert receipt_files(tmp_path) == [
+        "a/gpu.json", "b/run-paired.png", "b/run.json", "c/receipt.json", "c/records.jsonl"
+    ]
     rows = [line for line in render(tmp_path).splitlines() if line.startswith("| [")]
     assert rows == [
         "| [a/gpu.json](a/gpu.json) | MEASURED (NVIDIA H200) | `ray-dspine x` |",
         "| [b/run-paired.png](b/run-paired.png) | SIMULATED | plot drawn by the run of `run.json` |",
         "| [b/run.json](b/run.json) | SIMULATED | `ray-dspine bench routing` |",
+        "| [c/receipt.json](c/receipt.json) |  | `ray-dspine bench replay` |",
+        "| [c/records.jsonl](c/records.jsonl) |  | per-request records of the run of `receipt.json` |",
     ]
