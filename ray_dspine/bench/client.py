@@ -133,10 +133,10 @@ class StreamingClient:
         self.clock = clock
         self.wall_clock = wall_clock
 
-    def _headers(self, request: TraceRequest, session_id: str) -> dict[str, str]:
+    def _headers(self, request: TraceRequest, session_id: str, pool: str | None = None) -> dict[str, str]:
         headers = {"x-session-id": session_id, "accept": "text/event-stream", **auth_headers(self.settings.api_key)}
-        if self.settings.pool:
-            headers["x-dspine-pool"] = self.settings.pool
+        if pool or self.settings.pool:
+            headers["x-dspine-pool"] = pool or self.settings.pool
         return headers
 
     async def send(
@@ -146,13 +146,17 @@ class StreamingClient:
         repetition: int = 0,
         run_start_s: float = 0.0,
         deliver: Callable[[RequestRecord], None] | None = None,
+        pool: str | None = None,
     ) -> RequestRecord:
-        """Send one request; the record goes to `deliver` too, even when the task is cancelled."""
+        """Send one request (to `pool` when given: a copy of its conversation of its own, session id
+        `<session>@<pool>`); the record goes to `deliver` too, even when the task is cancelled."""
         settings = self.settings
         route = "/v1/completions" if settings.api == "completions" else "/v1/chat/completions"
         url = settings.endpoint.rstrip("/") + route
         body = build_body(request, settings)
         session_id = request.session_id if repetition == 0 else f"{request.session_id}-r{repetition}"
+        if pool:
+            session_id = f"{session_id}@{pool}"
         stream = _Stream()
         status: int | None = None
         headers: httpx.Headers = httpx.Headers()
@@ -162,7 +166,8 @@ class StreamingClient:
         end = t0
         try:
             async with asyncio.timeout(settings.timeout_s):
-                async with self.http.stream("POST", url, json=body, headers=self._headers(request, session_id)) as resp:
+                headers_out = self._headers(request, session_id, pool)
+                async with self.http.stream("POST", url, json=body, headers=headers_out) as resp:
                     status, headers = resp.status_code, resp.headers
                     if status >= 400:
                         failure = ("http_error", error_message(status, await resp.aread()))
@@ -187,12 +192,16 @@ class StreamingClient:
         except asyncio.CancelledError:
             failure = ("cancelled", "interrupted while in flight")
             now = self.clock()
-            record = self._record(request, repetition, run_start_s, t0, wall0, now, status, headers, stream, failure)
+            record = self._record(
+                request, repetition, run_start_s, t0, wall0, now, status, headers, stream, failure, pool
+            )
             if deliver is not None:
                 deliver(record)
             raise
         end = self.clock()
-        record = self._record(request, repetition, run_start_s, t0, wall0, end, status, headers, stream, failure)
+        record = self._record(
+            request, repetition, run_start_s, t0, wall0, end, status, headers, stream, failure, pool
+        )
         if deliver is not None:
             deliver(record)
         return record
@@ -209,6 +218,7 @@ class StreamingClient:
         headers: httpx.Headers,
         stream: _Stream,
         failure: tuple[ErrorKind, str] | None,
+        pool: str | None = None,
     ) -> RequestRecord:
         usage = stream.usage
         completion = usage.get("completion_tokens")
@@ -219,15 +229,15 @@ class StreamingClient:
         accept = usage.get("accept_length")
         timing = parse_server_timing(headers.get(SERVER_TIMING))
         return RequestRecord(
-            request_id=f"{request.request_id}-r{repetition}",
+            request_id=f"{request.request_id}-r{repetition}" + (f"@{pool}" if pool else ""),
             trace_request_id=request.request_id,
             session_id=request.session_id,
             turn_index=request.turn_index,
             workload_class=request.workload_class,
             repetition=repetition,
             api=self.settings.api,
-            arm=headers.get("x-dspine-arm", ""),
-            pool=headers.get("x-dspine-pool", ""),
+            arm=headers.get("x-dspine-arm", "") or (pool or ""),  # a forced copy is its pool's arm, refused or not
+            pool=headers.get("x-dspine-pool", "") or (pool or ""),
             replica=headers.get("x-dspine-replica", ""),
             path=headers.get("x-dspine-path", "") or str(usage.get("path") or ""),
             server_replica_s=timing.get("replica"),

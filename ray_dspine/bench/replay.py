@@ -14,6 +14,11 @@ Rules:
 - Repetitions: the whole (limited) trace is replayed R times in a row; repetition r > 0 sends session
   ids suffixed `-r<r>`; each repetition's wall time is measured on its own and
   `wall_s = sum of repetition wall times` (warm-up excluded).
+- Each pool (`pools` = P_1..P_m, m >= 2): the trace is replayed once per pool, all copies at the same
+  time, copy j forced to P_j (x-dspine-pool) with its own closed loop of `concurrency` conversations
+  (or its own open-loop schedule) and its own session ids (`<session>@<P_j>`), so every pool serves the
+  same conversations under the same offered load, and each turn's answers pair up by trace request id
+  (summary.py `paired_ratios`). Warm-up requests go to every pool.
 - A failed request is recorded with its error and the replay goes on. Cancellation (Ctrl-C) marks the
   sink interrupted, records in-flight requests as "cancelled", and keeps everything measured so far.
 Complexity: O(n) scheduling work for n requests; memory O(n) records.
@@ -43,6 +48,9 @@ class ReplayConfig(BaseModel):
     max_in_flight: int | None = Field(default=None, ge=1, description="Cap on concurrent requests (open loop).")
     warmup_requests: int = Field(default=0, ge=0, description="Unmeasured warm-up requests sent first.")
     repetitions: int = Field(default=1, ge=1, le=1000, description="Times the whole trace is replayed.")
+    pools: list[str] = Field(
+        default_factory=list, description="Replay the whole trace once on each of these pools, at the same time."
+    )
 
 
 class Sender(Protocol):
@@ -53,6 +61,7 @@ class Sender(Protocol):
         repetition: int = 0,
         run_start_s: float = 0.0,
         deliver: Callable[[RequestRecord], None] | None = None,
+        pool: str | None = None,
     ) -> RequestRecord: ...
 
 
@@ -195,20 +204,30 @@ async def replay(
     """Run warm-up then R repetitions; every record lands in `sink` as it completes."""
     sink.started_unix_s = wall_clock()
     try:
+        pools: list[str | None] = list(config.pools) or [None]
         for request in requests[: config.warmup_requests]:
-            await client.send(warmup_request(request), run_start_s=clock(), deliver=sink.add_warmup)
+            for pool in pools:
+                forced = {"pool": pool} if pool is not None else {}
+                await client.send(warmup_request(request), run_start_s=clock(), deliver=sink.add_warmup, **forced)
         sessions = group_sessions(requests)
         for repetition in range(config.repetitions):
             run_start = clock()
             sink.begin_repetition(run_start)
 
-            async def send(request: TraceRequest, repetition: int = repetition, run_start: float = run_start) -> None:
-                await client.send(request, repetition=repetition, run_start_s=run_start, deliver=sink.add)
+            async def copy(pool: str | None, repetition: int = repetition, run_start: float = run_start) -> None:
+                forced = {"pool": pool} if pool is not None else {}
 
-            if config.mode == "closed":
-                await _closed_loop(sessions, config.concurrency, send)
-            else:
-                await _open_loop(sessions, config, send, clock, sleep)
+                async def send(request: TraceRequest) -> None:
+                    await client.send(request, repetition=repetition, run_start_s=run_start, deliver=sink.add, **forced)
+
+                if config.mode == "closed":
+                    await _closed_loop(sessions, config.concurrency, send)
+                else:
+                    await _open_loop(sessions, config, send, clock, sleep)
+
+            async with asyncio.TaskGroup() as group:
+                for pool in pools:
+                    group.create_task(copy(pool))
             sink.end_repetition(clock())
     except asyncio.CancelledError:
         sink.interrupted = True

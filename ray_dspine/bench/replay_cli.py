@@ -17,7 +17,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from .endpoint import EndpointUnreachable
-from .replay_run import ReplayOptions, ReplayOutcome, load_trace_for, run_replay
+from .replay_run import ReplayOptions, ReplayOutcome, UnknownPools, load_trace_for, run_replay
 from .summary import ReplaySummary
 from .traces.loader import NAMED_TRACES, TraceNotFoundError
 
@@ -62,6 +62,13 @@ def _url(text: str) -> str:
     return text.rstrip("/")
 
 
+def _pool_list(text: str) -> list[str]:
+    pools = [name.strip() for name in text.split(",") if name.strip()]
+    if len(pools) < 2 or len(set(pools)) != len(pools):
+        raise argparse.ArgumentTypeError(f"expected two or more distinct pool names separated by commas, got {text!r}")
+    return pools
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     names = "|".join(NAMED_TRACES)
     parser.add_argument("--endpoint", type=_url, default=os.environ.get(ENDPOINT_ENV, "http://127.0.0.1:8000"),
@@ -70,7 +77,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, type=Path, metavar="DIR", help="output folder")
     loop = parser.add_mutually_exclusive_group()
     loop.add_argument("--concurrency", type=_positive_int, metavar="N",
-                      help="closed loop: N conversations in flight (default 8)")
+                      help="closed loop: N conversations in flight (default 8; on each pool with --each-pool)")
     loop.add_argument("--arrivals", action="store_true", help="open loop: send at the trace's arrival times")
     parser.add_argument("--time-scale", type=_positive_float, metavar="X",
                         help="with --arrivals: multiply arrival times by X (0.1 = 10x faster; default 1)")
@@ -84,7 +91,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-tokens-cap", type=_positive_int, metavar="N", help="cap each request's max_tokens")
     parser.add_argument("--max-prompt-tokens", type=_positive_int, metavar="N",
                         help="clamp prompts to ~N tokens (recorded in the receipt)")
-    parser.add_argument("--pool", metavar="NAME", help="force a pool (x-dspine-pool header)")
+    pools = parser.add_mutually_exclusive_group()
+    pools.add_argument("--pool", metavar="NAME", help="force a pool (x-dspine-pool header)")
+    pools.add_argument("--each-pool", metavar="A,B", type=_pool_list,
+                       help="replay every conversation on each of these pools at the same time, each with its own "
+                       "--concurrency, and compare them turn by turn (paired ratios)")
     parser.add_argument("--model", metavar="NAME", help="model name (default: first of /v1/models)")
     parser.add_argument("--api", choices=("chat", "completions"), default="chat", help="route (default %(default)s)")
     parser.add_argument("--tool-calls", choices=("native", "flatten"), default="native",
@@ -118,7 +129,8 @@ def options_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser)
             time_scale=args.time_scale or 1.0, max_in_flight=args.max_in_flight,
             max_conversations=args.max_conversations, max_requests=args.max_requests,
             max_tokens_cap=args.max_tokens_cap, max_prompt_tokens=args.max_prompt_tokens,
-            session_rate_per_s=args.session_rate, pool=args.pool, model=args.model, api=args.api,
+            session_rate_per_s=args.session_rate, pool=args.pool, each_pool=args.each_pool or [],
+            model=args.model, api=args.api,
             tool_calls=args.tool_calls, temperature=args.temperature, warmup=args.warmup,
             repetitions=args.repetitions, seed=args.seed, timeout_s=args.timeout_s, keep_text=args.keep_text,
             baseline_arm=args.baseline_arm, num_resamples=args.bootstrap_resamples,
@@ -164,6 +176,11 @@ def format_summary(summary: ReplaySummary, outcome_dir: Path) -> str:
             r = ratio.ratio
             lines.append(f"{ratio.metric} {ratio.arm}/{ratio.baseline_arm} = {r.estimate:.3f} "
                          f"[{r.low:.3f}, {r.high:.3f}] ({r.confidence:.0%} CI)")
+    for paired in summary.paired_ratios:
+        r = paired.ratio
+        lines.append(f"paired {paired.stat} {paired.metric} {paired.arm}/{paired.baseline_arm} = {r.estimate:.3f} "
+                     f"[{r.low:.3f}, {r.high:.3f}] ({r.confidence:.0%} CI, {paired.num_pairs} turns of "
+                     f"{paired.num_clusters} conversations)")
     lines.append(f"wrote {outcome_dir}")
     return "\n".join(lines)
 
@@ -187,6 +204,8 @@ def run_from_args(
     except EndpointUnreachable as exc:
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return 1
+    except UnknownPools as exc:
+        parser.error(f"argument --each-pool: {exc}")
     for hook in [*AFTER_WRITE, *after_write]:
         hook(outcome.out_dir, args)
     if args.json:

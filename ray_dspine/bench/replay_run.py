@@ -43,6 +43,10 @@ PLOTS_DIR = "plots"
 CONNECT_TIMEOUT_S = 30.0
 
 
+class UnknownPools(ValueError):
+    """--each-pool names a pool the endpoint does not serve (nothing was sent)."""
+
+
 class ReplayOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -60,6 +64,10 @@ class ReplayOptions(BaseModel):
     max_prompt_tokens: int | None = Field(default=None, ge=1, description="Clamp on prompt length, in tokens.")
     session_rate_per_s: float | None = Field(default=None, gt=0.0, description="Start rate for untimed traces.")
     pool: str | None = Field(default=None, description="Force a pool via the x-dspine-pool header.")
+    each_pool: list[str] = Field(
+        default_factory=list,
+        description="Replay every conversation on each of these pools (two or more), at the same time.",
+    )
     model: str | None = Field(default=None, description="Model name; default: first id of /v1/models.")
     api: Literal["chat", "completions"] = "chat"
     tool_calls: ToolCallMode = "native"
@@ -124,6 +132,11 @@ async def _replay_main(
             raise EndpointUnreachable(f"{options.endpoint}/v1/models lists no model; pass --model")
         found.model = options.model or models[0]
         found.engine = await fetch_engine_info(http, options.endpoint, api_key)
+        missing = [p for p in options.each_pool if found.engine is not None and p not in found.engine]
+        if missing:
+            raise UnknownPools(
+                f"the endpoint serves no pool named {', '.join(missing)}; its pools: {', '.join(sorted(found.engine))}"
+            )
         settings = ClientSettings(
             endpoint=options.endpoint,
             model=found.model,
@@ -142,6 +155,7 @@ async def _replay_main(
             max_in_flight=options.max_in_flight,
             warmup_requests=options.warmup,
             repetitions=options.repetitions,
+            pools=options.each_pool,
         )
         writer.open()
         await replay(trace.requests, config, StreamingClient(http, settings), sink)
@@ -155,13 +169,14 @@ def run_replay(
     trace: Trace | None = None,
     wall_clock: Callable[[], float] = time.time,
 ) -> ReplayOutcome:
-    """Replay and write every output file. Raises EndpointUnreachable (nothing written) and
-    TraceNotFoundError / ValueError for a bad trace; Ctrl-C ends the replay but still writes."""
+    """Replay and write every output file. Raises EndpointUnreachable (nothing written), UnknownPools
+    (nothing sent) and TraceNotFoundError / ValueError for a bad trace; Ctrl-C ends the replay but still
+    writes."""
     trace = trace or load_trace_for(options)
     out_dir = options.out_dir
     out_dir.mkdir(parents=True, exist_ok=True)
     writer = RecordWriter(out_dir / RECORDS_FILE)
-    total = len(trace.requests) * options.repetitions
+    total = len(trace.requests) * options.repetitions * max(1, len(options.each_pool))
     sink = ReplaySink(writer, progress_total=total, progress=options.progress)
     found = _Found()
     started = wall_clock()

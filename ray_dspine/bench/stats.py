@@ -10,6 +10,13 @@ Rules:
 - Bootstrap CI on a ratio of means `mean(b) / mean(a)`: resample a and b independently (each with
   its own size) B times and take the percentiles of the B ratios; resamples whose `mean(a)` is 0 are
   dropped. Identical groups give a ratio estimate of exactly 1.
+- Paired cluster bootstrap on `stat(arm values) / stat(baseline values)` (stat: the mean or P50) over
+  pairs (cluster, baseline value, arm value), one pair per item measured on both sides (a turn of a
+  conversation replayed on two pools): draw B resamples of the clusters with replacement, each taking
+  all its pairs on both sides, and take the percentiles of the B ratios (resamples whose baseline
+  stat is 0 are dropped). Resampling whole clusters keeps what a conversation's turns share (their
+  growing prompts) inside each draw. Pairs whose arm value is r times their baseline value, for one
+  r, give the exact interval [r, r] for the mean; for P50 too when r > 0.
 Parameters: B = num_resamples (>= 1, default 1,000); confidence c in (0, 1), default 0.95; the
 random generator is passed in (`numpy.random.Generator`) so results are reproducible.
 Complexity: O(B * n) time, O(B) memory plus one n-row block of indices at a time.
@@ -106,6 +113,48 @@ def bootstrap_mean_ci(
     low, high = np.percentile(means, [tail, 100.0 - tail], method="linear")
     return ConfidenceInterval(
         estimate=float(x.mean()), low=float(low), high=float(high), confidence=confidence, num_resamples=num_resamples
+    )
+
+
+def paired_cluster_ratio_ci(
+    pairs: Sequence[tuple[str, float, float]],
+    rng: np.random.Generator,
+    *,
+    stat: str = "p50",
+    num_resamples: int = 1000,
+    confidence: float = 0.95,
+) -> ConfidenceInterval:
+    """Paired cluster bootstrap on `stat(arm) / stat(baseline)` over (cluster, baseline, arm) pairs."""
+    _check(confidence, num_resamples)
+    if stat not in ("mean", "p50"):
+        raise ValueError(f"stat must be 'mean' or 'p50', not {stat!r}")
+    if not pairs:
+        raise ValueError("paired bootstrap needs at least one pair")
+    clusters: dict[str, list[tuple[float, float]]] = {}
+    for cluster, base, arm in pairs:
+        clusters.setdefault(cluster, []).append((base, arm))
+    groups = [np.asarray(v, dtype=float) for v in clusters.values()]
+
+    def ratio(rows: np.ndarray) -> float | None:
+        if stat == "mean":
+            base, arm = float(rows[:, 0].mean()), float(rows[:, 1].mean())
+        else:
+            base, arm = float(np.percentile(rows[:, 0], 50)), float(np.percentile(rows[:, 1], 50))
+        return None if base == 0.0 else arm / base
+
+    estimate = ratio(np.concatenate(groups))
+    if estimate is None:
+        raise ValueError("paired bootstrap: the baseline's statistic is 0")
+    draws = []
+    for _ in range(num_resamples):
+        chosen = rng.integers(0, len(groups), size=len(groups))
+        value = ratio(np.concatenate([groups[i] for i in chosen]))
+        if value is not None:
+            draws.append(value)
+    tail = (1.0 - confidence) / 2.0 * 100.0
+    low, high = np.percentile(np.asarray(draws), [tail, 100.0 - tail], method="linear")
+    return ConfidenceInterval(
+        estimate=estimate, low=float(low), high=float(high), confidence=confidence, num_resamples=num_resamples
     )
 
 

@@ -19,6 +19,12 @@ Rules (ok = finished without error; failed requests count only in the error figu
   "baseline" or "control" if present, else the first arm in sorted order. Only arms with an ok request
   take part; requests that came back without an arm header (e.g. refused before routing) are grouped
   under "(none)" and never compared.
+- Paired ratios (`paired_ratios`), when the same trace request was answered on two arms (a replay with
+  `each_pool` sends every conversation to every pool): for each arm against the baseline, over the
+  (trace request, repetition) keys answered ok on both, `p50(arm) / p50(baseline)` and
+  `mean(arm) / mean(baseline)` of TTFT, TPOT and E2E, each with the paired cluster bootstrap of
+  stats.py (a cluster = one conversation of one repetition). Unlike `arm_ratios`, both sides hold the
+  same turns, so which conversations an arm drew cannot move the ratio.
 - Errors by kind: "http_<status>" for HTTP errors, else the record's error kind.
 Parameters: num_resamples B >= 1 (default 1,000); seed for the bootstrap generator.
 Complexity: O(n log n + B * n) for n records.
@@ -33,7 +39,15 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from .records import RequestRecord
-from .stats import ConfidenceInterval, Distribution, bootstrap_mean_ci, bootstrap_ratio_ci, describe, percentile
+from .stats import (
+    ConfidenceInterval,
+    Distribution,
+    bootstrap_mean_ci,
+    bootstrap_ratio_ci,
+    describe,
+    paired_cluster_ratio_ci,
+    percentile,
+)
 
 BASELINE_ARM_NAMES = ("autoregressive", "baseline", "control")
 NO_ARM = "(none)"
@@ -45,6 +59,7 @@ METRICS: dict[str, Metric] = {
     "accept_length": lambda r: r.accept_length,
     "output_tok_per_s_per_request": lambda r: r.output_tokens / r.e2e_s if r.e2e_s else None,
 }
+PAIRED_METRICS = ("ttft_s", "tpot_s", "e2e_s")
 
 
 class AcceptanceSummary(BaseModel):
@@ -93,6 +108,18 @@ class ArmRatio(BaseModel):
     ratio: ConfidenceInterval = Field(description="mean(arm) / mean(baseline) with its bootstrap CI.")
 
 
+class PairedRatio(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    baseline_arm: str
+    arm: str
+    metric: str
+    stat: str = Field(description="p50 or mean: the statistic of each side whose ratio is taken.")
+    num_pairs: int = Field(ge=1, description="Turns answered ok on both arms.")
+    num_clusters: int = Field(ge=1, description="Conversations (per repetition) the pairs come from.")
+    ratio: ConfidenceInterval = Field(description="stat(arm) / stat(baseline) over the same turns, paired CI.")
+
+
 class ReplaySummary(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -104,10 +131,52 @@ class ReplaySummary(BaseModel):
     by_workload_class: dict[str, GroupSummary] = Field(default_factory=dict)
     acceptance_by_arm_and_class: dict[str, dict[str, AcceptanceSummary]] = Field(default_factory=dict)
     arm_ratios: list[ArmRatio] = Field(default_factory=list)
+    paired_ratios: list[PairedRatio] = Field(default_factory=list)
     baseline_arm: str | None = None
     interrupted: bool = False
     num_resamples: int = Field(ge=1)
     confidence: float = Field(gt=0.0, lt=1.0)
+
+
+def paired_ratios(
+    by_arm_records: dict[str, list[RequestRecord]],
+    baseline: str,
+    rng: np.random.Generator,
+    num_resamples: int,
+    confidence: float,
+) -> list[PairedRatio]:
+    """The `paired_ratios` rule for every arm but the baseline."""
+    def answered(arm: str) -> dict[tuple[str, int], RequestRecord]:
+        return {(r.trace_request_id, r.repetition): r for r in by_arm_records[arm] if r.ok}
+
+    base = answered(baseline)
+    found: list[PairedRatio] = []
+    for arm in sorted(by_arm_records):
+        if arm in (baseline, NO_ARM):
+            continue
+        other = answered(arm)
+        common = sorted(set(base) & set(other))
+        for name in PAIRED_METRICS:
+            metric = METRICS[name]
+            rows = [
+                (f"{other[key].session_id}-r{key[1]}", metric(base[key]), metric(other[key]))
+                for key in common
+                if metric(base[key]) is not None and metric(other[key]) is not None
+            ]
+            for stat in ("p50", "mean"):
+                if not rows:
+                    continue
+                try:
+                    ci = paired_cluster_ratio_ci(
+                        rows, rng, stat=stat, num_resamples=num_resamples, confidence=confidence
+                    )
+                except ValueError:  # the baseline's statistic is 0: no ratio
+                    continue
+                found.append(PairedRatio(
+                    baseline_arm=baseline, arm=arm, metric=name, stat=stat, num_pairs=len(rows),
+                    num_clusters=len({c for c, _b, _a in rows}), ratio=ci,
+                ))  # fmt: skip
+    return found
 
 
 def _values(records: Sequence[RequestRecord], metric: Metric) -> list[float]:
@@ -242,6 +311,7 @@ def summarize(
             for arm in arms
         },
         arm_ratios=ratios,
+        paired_ratios=paired_ratios(by_arm_records, baseline, rng, num_resamples, confidence) if baseline else [],
         baseline_arm=baseline,
         interrupted=interrupted,
         num_resamples=num_resamples,

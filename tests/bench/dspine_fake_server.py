@@ -24,16 +24,15 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-ENGINE_INFO = {
-    "pools": {
-        "agent-xhigh": {
-            "engine": "fake",
-            "speculative_algorithm": "DSPINE",
-            "speculative_num_draft_tokens": 16,
-            "model_sha256": "0" * 64,
-            "draft_sha256": "1" * 64,
-        }
+ENGINE_INFO = {  # keyed by pool, as the ingress's describe_engines answers
+    name: {
+        "engine": "fake",
+        "speculative_algorithm": "DSPINE",
+        "speculative_num_draft_tokens": 16,
+        "model_sha256": "0" * 64,
+        "draft_sha256": "1" * 64,
     }
+    for name in ("agent-xhigh", "code-low")
 }
 
 
@@ -143,7 +142,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("content-type", "text/event-stream")
         self.send_header("transfer-encoding", "chunked")
         self.send_header("x-dspine-pool", headers.get("x-dspine-pool", "agent-xhigh"))
-        self.send_header("x-dspine-arm", "dflash2" if "dflash" in session else "dspine")
+        forced = headers.get("x-dspine-pool")  # the ingress: a forced pool is its own arm
+        self.send_header("x-dspine-arm", forced or ("dflash2" if "dflash" in session else "dspine"))
         self.send_header("x-dspine-replica", "replica-0")
         self.send_header("x-dspine-path", "speculative")
         self.send_header("server-timing", "parse;dur=1.5, replica;dur=20.0, ingress;dur=25.0")

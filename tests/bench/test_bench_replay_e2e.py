@@ -17,7 +17,7 @@ from ray_dspine.bench.client import ClientSettings, StreamingClient  # noqa: E40
 from ray_dspine.bench.records import read_records  # noqa: E402
 from ray_dspine.bench.replay import ReplayConfig, ReplaySink, replay  # noqa: E402
 from ray_dspine.bench.replay_cli import main  # noqa: E402
-from ray_dspine.bench.replay_run import ReplayOptions, run_replay  # noqa: E402
+from ray_dspine.bench.replay_run import ReplayOptions, UnknownPools, run_replay  # noqa: E402
 from ray_dspine.bench.traces.loader import load_trace  # noqa: E402
 
 CONVERSATIONS = [
@@ -93,7 +93,7 @@ def test_rule_closed_loop_warmup_and_failures_are_recorded(server, trace_file, t
     assert summary["overall"]["output_tokens"] == 4 + 1 + 4  # "answer text here" = 16 chars -> 4 tokens
     assert summary["arm_ratios"] and summary["overall"]["output_throughput_tok_s"] > 0
     receipt = json.loads((out / "receipt.json").read_text())
-    assert receipt["engine"]["pools"]["agent-xhigh"]["draft_sha256"] == "1" * 64
+    assert receipt["engine"]["agent-xhigh"]["draft_sha256"] == "1" * 64
     assert receipt["trace"]["num_requests"] == 5 and len(receipt["trace"]["sha256"]) == 64
     assert receipt["model"] == "fake-qwen" and receipt["settings"]["api_key_set"] is True
     assert "secret-key" not in (out / "receipt.json").read_text()
@@ -120,6 +120,43 @@ def test_rule_repetitions_timeout_and_pool_header(server, tmp_path):
     assert [p["headers"]["x-session-id"] for p in server.received] == ["s1", "s1-r1"]
     assert {p["headers"]["x-dspine-pool"] for p in server.received} == {"code-low"}
     assert len(outcome.summary.repetition_wall_s) == 2
+
+
+def test_rule_each_pool_replays_every_conversation_on_every_pool(server, trace_file, tmp_path):
+    # Two conversations (2 turns + 1 turn) on two pools, one conversation in flight per pool: a warm-up
+    # per pool, then 3 turns per pool, each pool's copy under its own session ids; answers pair up by
+    # trace request id, so the summary compares the pools turn by turn.
+    options = ReplayOptions(endpoint=server.url, trace=str(trace_file), out_dir=tmp_path / "e", concurrency=1,
+                            each_pool=["agent-xhigh", "code-low"], max_conversations=2, warmup=1,
+                            baseline_arm="code-low", plots=False, num_resamples=50)
+    outcome = run_replay(options, command_line=[])
+    warmups = [p for p in server.received if p["headers"]["x-session-id"].startswith("warmup-")]
+    assert sorted(p["headers"]["x-dspine-pool"] for p in warmups) == ["agent-xhigh", "code-low"]
+    measured = [p for p in server.received if p not in warmups]
+    sessions = sorted((p["headers"]["x-dspine-pool"], p["headers"]["x-session-id"]) for p in measured)
+    assert sessions == [
+        ("agent-xhigh", "s-dflash-2@agent-xhigh"), ("agent-xhigh", "s-dspine-1@agent-xhigh"),
+        ("agent-xhigh", "s-dspine-1@agent-xhigh"), ("code-low", "s-dflash-2@code-low"),
+        ("code-low", "s-dspine-1@code-low"), ("code-low", "s-dspine-1@code-low"),
+    ]  # fmt: skip
+    assert server.max_in_flight <= 2  # one conversation in flight on each pool
+    records = read_records(tmp_path / "e" / "records.jsonl")
+    assert len({r.request_id for r in records}) == 6
+    assert sorted((r.arm, r.trace_request_id) for r in records) == sorted(
+        (arm, tid) for arm in ("agent-xhigh", "code-low") for tid in ("s-dspine-1-t000", "s-dspine-1-t001", "s-dflash-2-t000")
+    )
+    paired = [p for p in outcome.summary.paired_ratios if p.metric == "ttft_s"]
+    assert {(p.arm, p.baseline_arm, p.stat, p.num_pairs, p.num_clusters) for p in paired} == {
+        ("agent-xhigh", "code-low", "p50", 3, 2), ("agent-xhigh", "code-low", "mean", 3, 2)
+    }
+
+
+def test_each_pool_refuses_a_pool_the_endpoint_does_not_serve(server, trace_file, tmp_path):
+    options = ReplayOptions(endpoint=server.url, trace=str(trace_file), out_dir=tmp_path / "u",
+                            each_pool=["agent-xhigh", "nope"], plots=False)
+    with pytest.raises(UnknownPools, match="no pool named nope; its pools: agent-xhigh, code-low"):
+        run_replay(options, command_line=[])
+    assert server.received == []  # nothing was sent
 
 
 def test_rule_open_loop_follows_scaled_arrivals(server, tmp_path):
@@ -220,6 +257,9 @@ def test_cli_unreachable_endpoint_exits_1(trace_file, tmp_path, capsys):
         (["--trace", "no-such-trace"], "--trace"),
         (["--api", "completions"], "--api"),
         (["--concurrency", "2", "--arrivals"], "--arrivals"),
+        (["--each-pool", "agent-xhigh"], "--each-pool"),
+        (["--each-pool", "a,a"], "--each-pool"),
+        (["--pool", "a", "--each-pool", "a,b"], "--each-pool"),
     ],
 )
 def test_cli_bad_arguments_exit_2_naming_the_flag(argv, flag, trace_file, tmp_path, capsys):

@@ -3,7 +3,14 @@
 import numpy as np
 import pytest
 
-from ray_dspine.bench.stats import bootstrap_mean_ci, bootstrap_ratio_ci, describe, mean, percentile
+from ray_dspine.bench.stats import (
+    bootstrap_mean_ci,
+    bootstrap_ratio_ci,
+    describe,
+    mean,
+    paired_cluster_ratio_ci,
+    percentile,
+)
 
 
 def test_rule_percentile_linear_interpolation():
@@ -61,3 +68,31 @@ def test_ratio_ci_known_ratio_and_errors():
         bootstrap_ratio_ci([], [1.0], np.random.default_rng(0))
     with pytest.raises(ValueError):
         bootstrap_mean_ci([1.0], np.random.default_rng(0), confidence=1.0)
+
+
+def test_rule_paired_cluster_ratio_proportional_pairs_are_exact():
+    # Every arm value is half its baseline value: p50s 4 and 2, means 4 and 2, and every resample of the
+    # clusters keeps the proportion, so the interval is exactly [0.5, 0.5].
+    pairs = [("a", 2.0, 1.0), ("a", 4.0, 2.0), ("b", 6.0, 3.0)]
+    for stat in ("p50", "mean"):
+        ci = paired_cluster_ratio_ci(pairs, np.random.default_rng(0), stat=stat, num_resamples=200)
+        assert (ci.estimate, ci.low, ci.high) == pytest.approx((0.5, 0.5, 0.5))
+
+
+def test_rule_paired_cluster_ratio_resamples_whole_clusters():
+    # Clusters a = (1, 1) and b = (3, 1): the data give p50s 2 and 1, ratio 0.5. A resample is {a, a}
+    # (ratio 1), {b, b} (1/3) or {a, b} (0.5), a quarter, a quarter and a half of the time, so the 2.5th
+    # and 97.5th percentiles of the ratios are 1/3 and 1.
+    ci = paired_cluster_ratio_ci([("a", 1.0, 1.0), ("b", 3.0, 1.0)], np.random.default_rng(1), num_resamples=2000)
+    assert ci.estimate == pytest.approx(0.5)
+    assert (ci.low, ci.high) == pytest.approx((1 / 3, 1.0))
+
+
+def test_paired_cluster_ratio_errors():
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError, match="at least one pair"):
+        paired_cluster_ratio_ci([], rng)
+    with pytest.raises(ValueError, match="'mean' or 'p50'"):
+        paired_cluster_ratio_ci([("a", 1.0, 1.0)], rng, stat="max")
+    with pytest.raises(ValueError, match="statistic is 0"):
+        paired_cluster_ratio_ci([("a", 0.0, 1.0)], rng)

@@ -89,3 +89,32 @@ def test_rule_ttft_split_by_server_timing_over_the_answers_that_carry_it():
     assert o.ttft_outside_replica_s.max == pytest.approx(0.10) and o.ttft_s.count == 4
     untold = summarize(RECORDS, wall_s=4.0, num_resamples=50).overall
     assert untold.ttft_outside_replica_s.count == 0 and untold.ttft_outside_replica_s.mean is None
+
+
+def test_rule_paired_ratios_compare_the_same_turns():
+    # Two turns of one conversation and one of another, each answered on both pools ("full" is the
+    # baseline); a third turn answered only by "full" is left out of the pairs. Reuse TTFTs are a quarter
+    # of full's on every paired turn, so the p50 and mean ratios are exactly 0.25 with a [0.25, 0.25]
+    # interval; 3 pairs from 2 conversations.
+    def turn(tid, session, arm, ttft):
+        r = _record(f"{tid}@{arm}", arm, ttft, ttft + 1.0, 11)
+        return r.model_copy(update={"trace_request_id": tid, "session_id": session})
+
+    records = [
+        turn("c1-t0", "c1", "full", 4.0), turn("c1-t0", "c1", "reuse", 1.0),
+        turn("c1-t1", "c1", "full", 8.0), turn("c1-t1", "c1", "reuse", 2.0),
+        turn("c2-t0", "c2", "full", 2.0), turn("c2-t0", "c2", "reuse", 0.5),
+        turn("c3-t0", "c3", "full", 9.0),
+    ]  # fmt: skip
+    s = summarize(records, wall_s=10.0, baseline_arm="full", num_resamples=100)
+    ttft = {p.stat: p for p in s.paired_ratios if p.metric == "ttft_s"}
+    assert set(ttft) == {"p50", "mean"}
+    for paired in ttft.values():
+        assert (paired.arm, paired.baseline_arm, paired.num_pairs, paired.num_clusters) == ("reuse", "full", 3, 2)
+        assert (paired.ratio.estimate, paired.ratio.low, paired.ratio.high) == pytest.approx((0.25, 0.25, 0.25))
+    assert {p.metric for p in s.paired_ratios} == {"ttft_s", "tpot_s", "e2e_s"}
+
+
+def test_arms_without_shared_turns_have_no_paired_ratios():
+    s = summarize(RECORDS, wall_s=4.0, num_resamples=50)  # each request answered by one arm only
+    assert s.arm_ratios and s.paired_ratios == []
