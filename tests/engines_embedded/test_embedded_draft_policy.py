@@ -4,7 +4,6 @@ import math
 
 import pytest
 
-from ray_dspine.engines.embedded.config import EmbeddedEngineConfig
 from ray_dspine.engines.embedded.draft_policy import (
     AcceptanceTracker,
     StepCosts,
@@ -16,8 +15,6 @@ from ray_dspine.engines.embedded.draft_policy import (
     geometric_values,
     prior_costs,
 )
-from ray_dspine.engines.embedded.engine import EmbeddedEngine
-from ray_dspine.engines.embedded.sequence import Sequence
 
 
 def test_rule_value_is_expected_tokens_per_step():
@@ -215,39 +212,3 @@ def test_decode_step_drafts_the_measured_choice_the_exploration_or_the_prior(tin
     fresh = StepCosts(weight=0.5, prior_ratio=0.1, max_k=8, explore_interval_s=5.0)
     fresh.record(0, 0.2, now=0.0)
     assert first_decode_draft(tiny, fresh, now=1.0, seed=7) == 2 and fresh.explored_at is None
-
-
-def test_rule_prior_pool_is_fed_and_a_new_request_starts_from_it():
-    pool = AcceptanceTracker(history_decay=1.0, max_draft=2)
-    tracker = AcceptanceTracker(history_decay=1.0, max_draft=2, pool=pool)
-    tracker.observe_verify(2, 1)  # position 1 accepted, position 2 rejected
-    assert (pool.accepted, pool.trials) == ([1.0, 0.0], [1.0, 1.0])
-    # pooled rates: b_1 = (1 + 1/2) / (1 + 1) = 0.75, b_2 = (0 + 0.75) / (1 + 1) = 0.375
-    assert pool.rates() == pytest.approx([0.75, 0.375])
-    fresh = AcceptanceTracker(history_decay=1.0, max_draft=2)
-    fresh.start_from(pool.rates(), 2.0)
-    # s = (1.5, 0.75), n = (2, 2): a_1 = (1.5 + 0.5) / 3 = 2/3, a_2 = (0.75 + 2/3) / 3 = 0.4722
-    assert fresh.rates() == pytest.approx([2 / 3, (0.75 + 2 / 3) / 3])
-
-
-def test_rule_prior_engine_starts_adaptive_requests_from_the_pool_but_not_seeded_sampled_ones():
-    config = EmbeddedEngineConfig(dtype="fp32", num_draft_tokens=2, draft_prior_weight=2.0, prefix_reuse=False)
-    engine = EmbeddedEngine(config)
-    engine._pooled_acceptance.observe_verify(2, 1)  # pooled rates 0.75, 0.375 (as above, decay 0.95 aside)
-    rates = engine._pooled_acceptance.rates()
-
-    def sequence(request_id: str, fixed_cost_ratio: float | None) -> Sequence:
-        return Sequence(
-            request_id=request_id, prompt_ids=[1, 2], max_tokens=4, temperature=0.0, top_p=1.0,
-            eos_token_ids=frozenset(), detokenizer=None, drafter=None, generator=None, histogram_size=3,
-            acceptance=AcceptanceTracker(config.draft_history_decay, 2, engine._pooled_acceptance),
-            fixed_cost_ratio=fixed_cost_ratio,
-        )  # fmt: skip
-
-    engine._sequences = {"greedy": sequence("greedy", None), "seeded": sequence("seeded", 0.1)}
-    for request_id in engine._sequences:
-        engine._admission.enqueue(request_id, [1, 2], 4)
-    engine._start_running(engine._admission.admit())
-    assert engine._sequences["greedy"].acceptance.trials == [2.0, 2.0]
-    assert engine._sequences["greedy"].acceptance.accepted == pytest.approx([2 * rates[0], 2 * rates[1]])
-    assert engine._sequences["seeded"].acceptance.rates() == [0.5, 0.5]  # the neutral start

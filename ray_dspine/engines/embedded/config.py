@@ -37,13 +37,6 @@ class EmbeddedEngineConfig(BaseModel):
     draft_history_decay: float = Field(
         default=0.95, gt=0, le=1, description="Per-step decay of a request's acceptance counts (draft_policy.py)."
     )
-    draft_prior_weight: float = Field(
-        default=0.0,
-        ge=0,
-        le=64,
-        description="Pseudo-trials of the engine's pooled acceptance a new request starts from (draft_policy.py "
-        "rule `prior`); 0: every request starts neutral (a_1 = 1/2).",
-    )
     draft_cost_ratio_prior: float = Field(
         default=0.1,
         ge=0,

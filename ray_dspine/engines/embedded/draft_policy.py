@@ -15,14 +15,6 @@ Rules (per request, at every decode step; k = draft tokens verified with the ste
               Why per position: prompt-lookup drafts are bursty (a draft copied from a repeated region is
               right all along or wrong at its first token), so once the first token is accepted the next
               ones mostly are too; one rate for every position would undervalue long drafts.
-  prior:      the engine pools every request's observations in one more set of counts (the same rule,
-              decayed per observation), giving pooled rates b_1..b_K. A request that starts decoding with
-              the adaptive policy and measured costs begins from w pseudo-trials of them: s_i = w * b_i,
-              n_i = w for every position (w = prior_weight; w = 0 is the neutral start above). Why: a
-              request otherwise spends its first steps learning what the traffic already showed (on
-              short answers, a large part of the request), and its own evidence outweighs the prior
-              after about w steps. A seeded sampled request keeps the neutral start, so its draws do not
-              depend on other traffic.
   value:      E(k) = 1 + a_1 + a_1 a_2 + ... + a_1 ... a_k tokens per step: the expected tokens of a
               k-token draft (each position reached only if all before it were accepted). With every a_i
               equal to alpha this is (1 - alpha^(k+1)) / (1 - alpha) (`expected_tokens`).
@@ -116,16 +108,10 @@ def choose_draft_length(
 class AcceptanceTracker:
     """A request's per-position acceptance counts (rule `acceptance`) and the values E(k) (rule `value`)."""
 
-    def __init__(self, history_decay: float, max_draft: int, pool: AcceptanceTracker | None = None):
+    def __init__(self, history_decay: float, max_draft: int):
         self.decay = history_decay
         self.accepted = [0.0] * max_draft  # s_i at index i - 1
         self.trials = [0.0] * max_draft  # n_i at index i - 1
-        self.pool = pool  # the engine's pooled counts, fed every observation too (rule `prior`)
-
-    def start_from(self, rates: list[float], weight: float) -> None:
-        """Begin from `weight` pseudo-trials of `rates` at every position (rule `prior`)."""
-        self.accepted = [weight * rate for rate in rates[: len(self.trials)]]
-        self.trials = [float(weight)] * len(self.accepted)
 
     def rates(self) -> list[float]:
         """a_1 .. a_K."""
@@ -158,8 +144,6 @@ class AcceptanceTracker:
             self.trials[i] += 1.0
         if missed and hits < len(self.trials):
             self.trials[hits] += 1.0
-        if self.pool is not None:
-            self.pool._observe(hits, missed)
 
     def observe_verify(self, num_drafted: int, num_accepted: int) -> None:
         if num_drafted > 0:

@@ -48,7 +48,7 @@ from .admission import AdmissionController, Overloaded
 from .block_cache import BlockCache
 from .config import EmbeddedEngineConfig
 from .batch import forward_packed
-from .draft_policy import AcceptanceTracker, StepCosts
+from .draft_policy import StepCosts
 from .kv_blocks import block_payload, cache_from_blocks
 from .model import LoadedModel, load_model, resolve_num_threads, set_threads
 from .prompt import render_prompt
@@ -85,7 +85,6 @@ class EmbeddedEngine:
             config.draft_explore_interval_s,
         )
         self._batch_costs: dict[int, StepCosts] = {}  # batch size n >= 2 -> c_n(total draft tokens)
-        self._pooled_acceptance = AcceptanceTracker(config.draft_history_decay, config.num_draft_tokens)
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._sequences: dict[str, Sequence] = {}
@@ -190,9 +189,7 @@ class EmbeddedEngine:
         return sequence.max_tokens + slack
 
     def _make_sequence(self, request: GenerateRequest) -> Sequence:
-        return make_sequence(
-            self.config, self._loaded, request, self._tokenize(request), self._drafter_enabled, self._pooled_acceptance
-        )
+        return make_sequence(self.config, self._loaded, request, self._tokenize(request), self._drafter_enabled)
 
     def _cancel(self, request_id: str) -> None:
         with self._wake:
@@ -201,16 +198,12 @@ class EmbeddedEngine:
                 self._wake.notify_all()
 
     def _start_running(self, request_ids: list[str]) -> None:
-        """Admitted requests start from their prefix hit, and an adaptive one from the pooled acceptance
-        (draft_policy.py rule `prior`; called on the worker thread, which alone updates the pool, lock held)."""
-        weight = self.config.draft_prior_weight
+        """Admitted requests start from their prefix hit (called with the lock held)."""
         for request_id in request_ids:
             holding, sequence = self._admission.holding(request_id), self._sequences[request_id]
             if holding.path:
                 sequence.cache = cache_from_blocks([block.payload for block in holding.path])
                 sequence.prefilled = sequence.cached_tokens = holding.hit_tokens
-            if weight > 0 and sequence.acceptance is not None and sequence.fixed_cost_ratio is None:
-                sequence.acceptance.start_from(self._pooled_acceptance.rates(), weight)
             self._running.append(request_id)
 
     def _cache_kv(self, request_id: str, tokens: list[int]) -> None:

@@ -21,12 +21,7 @@ from .sequence import Sequence
 
 
 def make_sequence(
-    config: EmbeddedEngineConfig,
-    loaded,
-    request: GenerateRequest,
-    prompt_ids: list[int],
-    drafter_enabled: bool,
-    pooled_acceptance: AcceptanceTracker | None = None,
+    config: EmbeddedEngineConfig, loaded, request: GenerateRequest, prompt_ids: list[int], drafter_enabled: bool
 ) -> Sequence:
     context = min(config.context_length_tokens, loaded.context_length_tokens)
     if len(prompt_ids) >= context:
@@ -69,9 +64,7 @@ def make_sequence(
         drafter=drafter,
         generator=generator,
         histogram_size=config.num_draft_tokens + 1,
-        acceptance=AcceptanceTracker(config.draft_history_decay, config.num_draft_tokens, pooled_acceptance)
-        if config.adaptive_draft
-        else None,
+        acceptance=AcceptanceTracker(config.draft_history_decay, config.num_draft_tokens) if config.adaptive_draft else None,
         fixed_cost_ratio=config.draft_cost_ratio_prior if generator is not None and request.seed is not None else None,
         path="speculative" if drafter_enabled else "autoregressive",
     )
