@@ -43,7 +43,9 @@ class ReplayConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     mode: Literal["closed", "open"] = Field(default="closed", description="Closed loop or trace arrivals.")
-    concurrency: int = Field(default=8, ge=1, le=100_000, description="Conversations in flight (closed loop).")
+    concurrency: int = Field(
+        default=8, ge=1, le=100_000, description="Conversations in flight (closed loop, per pool)."
+    )
     time_scale: float = Field(default=1.0, gt=0.0, description="Multiplier on recorded arrival times (open loop).")
     max_in_flight: int | None = Field(default=None, ge=1, description="Cap on concurrent requests (open loop).")
     warmup_requests: int = Field(default=0, ge=0, description="Unmeasured warm-up requests sent first.")

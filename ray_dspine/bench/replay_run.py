@@ -55,7 +55,9 @@ class ReplayOptions(BaseModel):
     out_dir: Path = Field(description="Folder for records, summary, plots and receipt.")
     traces_dir: Path | None = Field(default=None, description="Folder of named traces.")
     mode: Literal["closed", "open"] = "closed"
-    concurrency: int = Field(default=8, ge=1, description="Conversations in flight (closed loop).")
+    concurrency: int = Field(
+        default=8, ge=1, description="Conversations in flight (closed loop; on each pool with each_pool)."
+    )
     time_scale: float = Field(default=1.0, gt=0.0, description="Multiplier on arrival times (open loop).")
     max_in_flight: int | None = Field(default=None, ge=1)
     max_conversations: int | None = Field(default=None, ge=1)
