@@ -151,6 +151,8 @@ def paired_cluster_ratio_ci(
         value = ratio(np.concatenate([groups[i] for i in chosen]))
         if value is not None:
             draws.append(value)
+    if not draws:
+        raise ValueError("paired bootstrap: the baseline's statistic is 0 in every resample")
     tail = (1.0 - confidence) / 2.0 * 100.0
     low, high = np.percentile(np.asarray(draws), [tail, 100.0 - tail], method="linear")
     return ConfidenceInterval(
