@@ -25,6 +25,10 @@ Rules (completed = no error; failures count only in num_failed):
   difference with its bootstrap interval.
 - Latency percentile differences (candidate - baseline at p50 and p99 of TTFT, its split and e2e, each
   with a bootstrap interval, the arms resampled independently): rules in `ab_deltas.py`.
+- Paired: when arms answered the same trace turns (`bench replay --each-pool`; records carrying
+  trace_request_id, session_id and repetition), each arm against the baseline over the completed turns
+  both answered: p50 and mean ratios of TTFT, TPOT and e2e with the paired cluster bootstrap (95%), by
+  summary.py's `paired_ratios` rule. Arms that share no turn (a sticky split) give none.
 Parameters: B in [100, 100000] (default 2000); seed. Complexity: O(B * n log n) for n records (the
 percentile differences; the rest is O(n log n + B * n)).
 """
@@ -37,7 +41,9 @@ import numpy as np
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from ray_dspine.bench.ab_deltas import PercentileDelta, percentile_deltas
+from ray_dspine.bench.records import tpot
 from ray_dspine.bench.stats import resample_blocks
+from ray_dspine.bench.summary import PairedRatio, paired_ratios
 
 _CHUNK_CELLS = 2_000_000  # resample indices drawn per batch, to bound memory
 
@@ -61,9 +67,17 @@ class RunRecord(BaseModel):
     start_s: float | None = Field(default=None, validation_alias=AliasChoices("start_s", "start_unix_s"))
     end_s: float | None = Field(default=None, validation_alias=AliasChoices("end_s", "end_unix_s"))
 
+    trace_request_id: str | None = None
+    session_id: str | None = None
+    repetition: int = 0
+
     @property
-    def completed(self) -> bool:
+    def ok(self) -> bool:
         return self.error is None and self.error_kind is None
+
+    @property
+    def tpot_s(self) -> float | None:
+        return tpot(self.ok, self.ttft_s, self.e2e_s, self.output_tokens)
 
     @property
     def group(self) -> str:
@@ -195,7 +209,7 @@ def latency_columns(done: list[RunRecord]) -> dict[str, list[float]]:
 
 def arm_stats(name: str, records: list[RunRecord], *, prices: dict[str, PoolPrice] | None,
               run_span_s: float | None, rng: np.random.Generator | None, num_resamples: int) -> ArmStats:
-    done = [r for r in records if r.completed]
+    done = [r for r in records if r.ok]
     span = span_of(records)
     span_s = span[1] - span[0] if span else None
     tokens = np.asarray([r.output_tokens or 0 for r in done], dtype=float)
@@ -285,6 +299,9 @@ class AbReport(BaseModel):
     baseline: str
     arms: list[ArmStats]
     comparisons: list[ArmComparison]
+    paired: list[PairedRatio] = Field(
+        default_factory=list, description="Each arm against the baseline over the turns both answered (rule Paired)."
+    )
     verdict: str
 
 
@@ -326,8 +343,8 @@ def speed_phrase(candidate: str, baseline: str, metric: str, ratio: float | None
 
 def compare_arms(c: ArmStats, b: ArmStats, c_records: list[RunRecord], b_records: list[RunRecord],
                  rng: np.random.Generator, num_resamples: int) -> ArmComparison:
-    c_done = [r for r in c_records if r.completed]
-    b_done = [r for r in b_records if r.completed]
+    c_done = [r for r in c_records if r.ok]
+    b_done = [r for r in b_records if r.ok]
 
     def column(done: list[RunRecord], value) -> np.ndarray:
         return np.asarray([v for v in (value(r) for r in done) if v is not None], dtype=float)
@@ -400,7 +417,9 @@ def build_report(records: list[RunRecord], *, prices: dict[str, PoolPrice] | Non
     by_name = {arm.name: arm for arm in arms}
     comparisons = [compare_arms(arm, by_name[base], groups[arm.name], groups[base], rng, num_resamples)
                    for arm in arms if arm.name != base]
+    keyed = {name: [r for r in recs if r.trace_request_id and r.session_id] for name, recs in groups.items()}
+    paired = paired_ratios(keyed, base, rng, num_resamples, 0.95) if len(groups) > 1 else []
     verdict = " | ".join(c.verdict for c in comparisons) or f"only one arm ({base}): nothing to compare"
     return AbReport(source=source, num_records=len(records), num_bad_lines=num_bad_lines, run_span_s=run_span_s,
                     num_resamples=num_resamples, seed=seed, baseline=base, arms=arms, comparisons=comparisons,
-                    verdict=verdict)
+                    paired=paired, verdict=verdict)

@@ -15,6 +15,7 @@ import numpy as np
 import yaml
 
 from ray_dspine.bench.ab_report import AbReport, ArmComparison, ArmStats, PoolPrice, RunRecord, Spread, build_report
+from ray_dspine.bench.summary import describe_paired
 from ray_dspine.cli_errors import CliError, cli_errors
 
 
@@ -133,6 +134,9 @@ def render_report(report: AbReport) -> str:
                      f"{_ci(c.speed_ratio_ci, 2)}, e2e mean {_fmt(c.e2e_mean_ratio, 2)}x{_ci(c.e2e_mean_ratio_ci, 2)}"
                      f" (spans overlap {_fmt(c.spans_overlap, 2)})")
         lines += render_deltas(c)
+    if report.paired:
+        lines.append("same turns on both arms:")
+        lines += [f"  {describe_paired(p)}" for p in report.paired]
     if report.num_bad_lines:
         lines.append(f"skipped {report.num_bad_lines} unreadable lines of records.jsonl")
     lines.append(f"bootstrap: {report.num_resamples} resamples, seed {report.seed}")
@@ -185,7 +189,8 @@ def register_ab_report(subparsers: argparse._SubParsersAction) -> argparse.Argum
         description="Group records.jsonl by arm (else pool); per arm: completed requests, output throughput, "
         "TTFT/ITL/e2e p50/p95/p99, acceptance mean and p10/p50/p90, cost per completed request (prices "
         "from --config); bootstrap 95%% CIs on per-arm means, on candidate/baseline ratios and on "
-        "candidate-minus-baseline TTFT and e2e p50/p99; one verdict line.",
+        "candidate-minus-baseline TTFT and e2e p50/p99; when arms answered the same turns (bench replay "
+        "--each-pool), paired TTFT/TPOT/e2e ratios over those turns with a cluster bootstrap; one verdict line.",
     )
     parser.add_argument("run_dir", metavar="DIR", help="replay run folder (or a records.jsonl file)")
     parser.add_argument("--config", default=None,

@@ -31,6 +31,14 @@ ErrorKind = Literal[
 ]
 
 
+def tpot(ok: bool, ttft_s: float | None, e2e_s: float | None, output_tokens: int | None) -> float | None:
+    """Time per output token after the first: (e2e - ttft) / (output_tokens - 1); None under two tokens
+    or on failure."""
+    if not ok or ttft_s is None or e2e_s is None or output_tokens is None or output_tokens < 2:
+        return None
+    return (e2e_s - ttft_s) / (output_tokens - 1)
+
+
 class RequestRecord(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -87,10 +95,7 @@ class RequestRecord(BaseModel):
 
     @property
     def tpot_s(self) -> float | None:
-        """(e2e - ttft) / (output_tokens - 1); None under two tokens or on failure."""
-        if not self.ok or self.ttft_s is None or self.e2e_s is None or self.output_tokens < 2:
-            return None
-        return (self.e2e_s - self.ttft_s) / (self.output_tokens - 1)
+        return tpot(self.ok, self.ttft_s, self.e2e_s, self.output_tokens)
 
 
 class RecordWriter:

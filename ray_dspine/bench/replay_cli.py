@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from .endpoint import EndpointUnreachable
 from .replay_run import ReplayOptions, ReplayOutcome, UnknownPools, load_trace_for, run_replay
-from .summary import ReplaySummary
+from .summary import ReplaySummary, describe_paired
 from .traces.loader import NAMED_TRACES, TraceNotFoundError
 
 AfterWrite = Callable[[Path, argparse.Namespace], None]
@@ -176,11 +176,7 @@ def format_summary(summary: ReplaySummary, outcome_dir: Path) -> str:
             r = ratio.ratio
             lines.append(f"{ratio.metric} {ratio.arm}/{ratio.baseline_arm} = {r.estimate:.3f} "
                          f"[{r.low:.3f}, {r.high:.3f}] ({r.confidence:.0%} CI)")
-    for paired in summary.paired_ratios:
-        r = paired.ratio
-        lines.append(f"paired {paired.stat} {paired.metric} {paired.arm}/{paired.baseline_arm} = {r.estimate:.3f} "
-                     f"[{r.low:.3f}, {r.high:.3f}] ({r.confidence:.0%} CI, {paired.num_pairs} turns of "
-                     f"{paired.num_clusters} conversations)")
+    lines += [describe_paired(paired) for paired in summary.paired_ratios]
     lines.append(f"wrote {outcome_dir}")
     return "\n".join(lines)
 

@@ -145,7 +145,8 @@ def paired_ratios(
     num_resamples: int,
     confidence: float,
 ) -> list[PairedRatio]:
-    """The `paired_ratios` rule for every arm but the baseline."""
+    """The `paired_ratios` rule for every arm but the baseline. Records need `ok`, `trace_request_id`,
+    `repetition`, `session_id` and the metrics' attributes (bench ab-report's tolerant records have them)."""
     def answered(arm: str) -> dict[tuple[str, int], RequestRecord]:
         return {(r.trace_request_id, r.repetition): r for r in by_arm_records[arm] if r.ok}
 
@@ -177,6 +178,14 @@ def paired_ratios(
                     num_clusters=len({c for c, _b, _a in rows}), ratio=ci,
                 ))  # fmt: skip
     return found
+
+
+def describe_paired(paired: PairedRatio) -> str:
+    """One line for a paired ratio: statistic, metric, arms, estimate, interval and what it rests on."""
+    r = paired.ratio
+    return (f"paired {paired.stat} {paired.metric} {paired.arm}/{paired.baseline_arm} = {r.estimate:.3f} "
+            f"[{r.low:.3f}, {r.high:.3f}] ({r.confidence:.0%} CI, {paired.num_pairs} turns of "
+            f"{paired.num_clusters} conversations)")
 
 
 def _values(records: Sequence[RequestRecord], metric: Metric) -> list[float]:

@@ -193,7 +193,7 @@ def test_rule_bootstrap_seeded_and_brackets_the_mean():
 def test_tolerant_loader_accepts_replay_field_names():
     record = RunRecord.model_validate({"arm": "a", "start_unix_s": 5.0, "end_unix_s": 7.0, "new_field": 1,
                                        "error_kind": "timeout", "error": None})
-    assert (record.start_s, record.end_s, record.completed) == (5.0, 7.0, False)
+    assert (record.start_s, record.end_s, record.ok) == (5.0, 7.0, False)
 
 
 def test_cli_table_and_json(tmp_path, capsys):
@@ -302,3 +302,41 @@ def test_rule_percentile_deltas_per_comparison_and_table(tmp_path, capsys):
     assert lines[header + 3].split()[2] == "+33.0"
     # four values per arm: each p99 sits between its arm's two largest, and the table says so
     assert lines[header + 5].startswith("  (an arm with 4 values: its p99 sits between its two largest")
+
+
+def _same_turn_records(shared: bool) -> list[dict]:
+    # Conversations s1 and s2, two turns each; no reuse: TTFT 2, 4 | 6, 8 s; reuse: exactly half on the
+    # same turns. Every answer has 3 tokens after TTFT + 2 s, so TPOT is 1 s on both arms.
+    rows = []
+    for arm, scale in (("noreuse", 1.0), ("reuse", 0.5)):
+        for i, (session, turn) in enumerate([("s1", 0), ("s1", 1), ("s2", 0), ("s2", 1)]):
+            ttft = scale * 2.0 * (i + 1)
+            trace_id = f"{session}-t{turn}" if shared else f"{arm}-{session}-t{turn}"
+            rows.append(_record(arm, arm, "speculative", i, i + 5, 3, ttft, ttft + 2.0, [1.0, 1.0], 2.0,
+                                trace_request_id=trace_id, session_id=f"{session}@{arm}", repetition=0))
+    return rows
+
+
+def test_rule_paired_same_turns(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    report = build_report([RunRecord.model_validate(r) for r in _same_turn_records(True)], prices=None, rng=rng,
+                          num_resamples=200, baseline="noreuse")
+    found = {(p.stat, p.metric): p for p in report.paired}
+    ttft = found["p50", "ttft_s"]  # p50 2.5 s over p50 5 s; every resample keeps the pairs: no spread
+    assert (ttft.arm, ttft.baseline_arm, ttft.num_pairs, ttft.num_clusters) == ("reuse", "noreuse", 4, 2)
+    assert (ttft.ratio.estimate, ttft.ratio.low, ttft.ratio.high) == pytest.approx((0.5, 0.5, 0.5))
+    assert found["mean", "tpot_s"].ratio.estimate == pytest.approx(1.0)  # (e2e - ttft) / 2 = 1 s on both
+    run = _write_run(tmp_path, _same_turn_records(True))
+    parser = argparse.ArgumentParser(prog="bench")
+    register_ab_report(parser.add_subparsers())
+    args = parser.parse_args(["ab-report", str(run), "--baseline", "noreuse", "--resamples", "200"])
+    assert args.func(args) == 0
+    text = capsys.readouterr().out
+    assert "same turns on both arms:" in text
+    assert "paired p50 ttft_s reuse/noreuse = 0.500 [0.500, 0.500] (95% CI, 4 turns of 2 conversations)" in text
+
+
+def test_rule_paired_none_when_arms_share_no_turn():
+    records = [RunRecord.model_validate(r) for r in _same_turn_records(False)]
+    report = build_report(records, prices=None, rng=np.random.default_rng(0), num_resamples=200, baseline="noreuse")
+    assert report.paired == [] and len(report.comparisons) == 1
