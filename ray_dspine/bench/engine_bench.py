@@ -11,6 +11,11 @@ paths run again in fp32, where byte-identical greedy output is the contract (`gr
 bf16's mismatches are counted and reported too (both dtypes always run).
 Why a speedup is what it is: speedup = accept_length / step_cost_ratio, where step_cost_ratio is
 (speculative seconds per verify step) / (autoregressive seconds per token); both are printed per category.
+The decode time above includes the prefill before the first token, which both paths do alike; so
+`decode_tokens_per_s` also gives each of our paths after it: (output tokens - 1) / (decode seconds -
+seconds to the first chunk), summed over the prompts of a group, and `decode_speedup` their ratio. It
+explains a speedup, it is not the speedup: a caller waits for the prefill too. (The peer's
+`generate` does not stream, so it has no such figure.)
 The prompt-set engines run without prefix reuse (each prompt is decoded from scratch, as the peer does).
 Then the multi-turn agent scenario (engine_agent.py): tau-bench conversations turn by turn, TTFT and
 throughput at each concurrency, with and without prefix reuse, in the serving dtype.
@@ -65,12 +70,14 @@ async def _decode(engine: EmbeddedEngine, messages: list[dict], max_tokens: int,
         temperature=0.0,
         clamp_max_tokens=True,
     )
-    parts, usage = [], None
+    parts, usage, first_s = [], None, None
     start, cpu_start = time.perf_counter(), time.process_time()
     async for chunk in engine.generate(request):
+        if first_s is None:
+            first_s = time.perf_counter() - start
         parts.append(chunk.text)
         usage = chunk.usage or usage
-    return "".join(parts), usage, time.perf_counter() - start, time.process_time() - cpu_start
+    return "".join(parts), usage, time.perf_counter() - start, time.process_time() - cpu_start, first_s
 
 
 def _peer_decode(loaded, messages: list[dict], max_tokens: int, num_draft_tokens: int):
@@ -127,16 +134,18 @@ async def _run_dtype(dtype: str, prompts: list[dict], max_tokens: int, num_draft
         for name in order:
             outcome = runs[name]()
             results[name] = await outcome if asyncio.iscoroutine(outcome) else outcome
-        ar_text, ar_usage, row_ar_s, row_ar_cpu = results["ar"]
-        spec_text, spec_usage, row_spec_s, row_spec_cpu = results["spec"]
+        ar_text, ar_usage, row_ar_s, row_ar_cpu, row_ar_first = results["ar"]
+        spec_text, spec_usage, row_spec_s, row_spec_cpu, row_spec_first = results["spec"]
         row = {
             "category": prompt["category"],
             "ar_tokens": ar_usage.completion_tokens,
             "ar_s": row_ar_s,
             "ar_cpu": row_ar_cpu,
+            "ar_first_s": row_ar_first,
             "spec_tokens": spec_usage.completion_tokens,
             "spec_s": row_spec_s,
             "spec_cpu": row_spec_cpu,
+            "spec_first_s": row_spec_first,
             "spec_verify_steps": spec_usage.verify_steps,
             "accept_length": spec_usage.accept_length,
             "identical": ar_text == spec_text,
@@ -159,6 +168,15 @@ def _rate(rows: list[dict], key: str, clock: str = "s") -> float | None:
     return round(sum(r[f"{key}_tokens"] for r in rows) / seconds, 2) if seconds else None
 
 
+def _decode_rate(rows: list[dict], key: str) -> float | None:
+    """Output tokens after the first per second after the first chunk, summed over `rows` (docstring)."""
+    if not rows or any(r.get(f"{key}_first_s") is None for r in rows):
+        return None
+    seconds = sum(r[f"{key}_s"] - r[f"{key}_first_s"] for r in rows)
+    tokens = sum(r[f"{key}_tokens"] - 1 for r in rows)
+    return round(tokens / seconds, 2) if seconds > 0 else None
+
+
 def _ratio(a: float | None, b: float | None) -> float | None:
     return round(a / b, 3) if a and b else None
 
@@ -166,6 +184,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 def _figures(serving: list[dict], fp32: list[dict], bf16: list[dict], dtype: str) -> dict:
     ar, spec, peer = _rate(serving, "ar"), _rate(serving, "spec"), _rate(serving, "peer")
     cpu_ar, cpu_spec, cpu_peer = (_rate(serving, key, "cpu") for key in ("ar", "spec", "peer"))
+    decode_ar, decode_spec = _decode_rate(serving, "ar"), _decode_rate(serving, "spec")
     accepts = [r["accept_length"] for r in serving]
     ar_s_per_token = sum(r["ar_s"] for r in serving) / max(1, sum(r["ar_tokens"] for r in serving))
     spec_s_per_step = sum(r["spec_s"] for r in serving) / max(1, sum(r["spec_verify_steps"] for r in serving))
@@ -179,6 +198,8 @@ def _figures(serving: list[dict], fp32: list[dict], bf16: list[dict], dtype: str
         "cpu_tokens_per_s": {"ar": cpu_ar, "spec": cpu_spec, "peer": cpu_peer},
         "cpu_speedup": _ratio(cpu_spec, cpu_ar),
         "cpu_speedup_vs_peer": _ratio(cpu_spec, cpu_peer),
+        "decode_tokens_per_s": {"ar": decode_ar, "spec": decode_spec},
+        "decode_speedup": _ratio(decode_spec, decode_ar),
         "accept_length_mean": round(statistics.fmean(accepts), 3),
         "accept_length_p50": round(statistics.median(accepts), 3),
         "step_cost_ratio": round(spec_s_per_step / ar_s_per_token, 3),
@@ -213,7 +234,8 @@ async def _batching_cell(engine: EmbeddedEngine, prompts: list[dict], max_tokens
         nonlocal tokens
         for step in range(len(prompts)):
             index = (w + step) % len(prompts)
-            text, usage, _s, _cpu = await _decode(engine, prompts[index]["messages"], max_tokens, f"{tag}-{w}-{index}")
+            messages = prompts[index]["messages"]
+            text, usage, _s, _cpu, _first = await _decode(engine, messages, max_tokens, f"{tag}-{w}-{index}")
             texts[w, index] = text
             tokens += usage.completion_tokens if usage is not None else 0  # an error chunk carries none
 
@@ -360,13 +382,14 @@ def _main(args) -> int:
         return 0
     print(
         f"{'category':<10} {'ar tok/s':>9} {'spec tok/s':>10} {'peer tok/s':>10} {'speedup':>8} {'vs peer':>8} "
-        f"{'cpu spdup':>9} {'cpu vs peer':>11} {'accept':>7} {'step cost':>9} {'identical':>9}"
+        f"{'cpu spdup':>9} {'cpu vs peer':>11} {'decode spdup':>12} {'accept':>7} {'step cost':>9} {'identical':>9}"
     )
     rows = [("all", result)] + list(result["per_category"].items())
     for name, fig in rows:
         print(
             f"{name:<10} {fig['ar_tokens_per_s']:>9} {fig['spec_tokens_per_s']:>10} {fig['peer_tokens_per_s']:>10} "
             f"{fig['speedup']:>8} {fig['speedup_vs_peer']:>8} {fig['cpu_speedup']:>9} {fig['cpu_speedup_vs_peer']:>11} "
+            f"{str(fig['decode_speedup']):>12} "
             f"{fig['accept_length_mean']:>7} {fig['step_cost_ratio']:>9} "
             f"{fig['greedy_identical']:>5}/{fig['prompts']}"
         )

@@ -1,0 +1,32 @@
+"""`bench engine`'s per-group figures from hand-made rows: end-to-end and decode-only rates."""
+
+import pytest
+
+from ray_dspine.bench import engine_bench
+
+
+def _row(ar_s, ar_first, spec_s, spec_first, tokens=11):
+    return {
+        "category": "agent", "ar_tokens": tokens, "ar_s": ar_s, "ar_cpu": ar_s, "ar_first_s": ar_first,
+        "spec_tokens": tokens, "spec_s": spec_s, "spec_cpu": spec_s, "spec_first_s": spec_first,
+        "spec_verify_steps": 4, "accept_length": 2.75, "identical": True,
+        "peer_tokens": tokens, "peer_s": spec_s, "peer_cpu": spec_s,
+    }
+
+
+def test_rule_decode_rate_excludes_the_shared_prefill():
+    # Two prompts, 11 tokens each, 1 s to the first chunk on both paths.
+    # End to end: ar 22 / (3 + 3) s = 3.67 tok/s, spec 22 / (2 + 2) s = 5.5 tok/s: 1.5x.
+    # After the first token: ar 20 / (2 + 2) s = 5 tok/s, spec 20 / (1 + 1) s = 10 tok/s: 2.0x.
+    rows = [_row(3.0, 1.0, 2.0, 1.0), _row(3.0, 1.0, 2.0, 1.0)]
+    figures = engine_bench._figures(rows, rows, rows, "fp32")
+    assert (figures["ar_tokens_per_s"], figures["spec_tokens_per_s"]) == (3.67, 5.5)
+    assert figures["speedup"] == pytest.approx(1.499, abs=0.002)
+    assert figures["decode_tokens_per_s"] == {"ar": 5.0, "spec": 10.0}
+    assert figures["decode_speedup"] == 2.0
+
+
+def test_decode_rate_unknown_when_a_row_never_streamed():
+    rows = [_row(3.0, 1.0, 2.0, 1.0), _row(3.0, None, 2.0, 1.0)]
+    figures = engine_bench._figures(rows, rows, rows, "fp32")
+    assert figures["decode_tokens_per_s"] == {"ar": None, "spec": 10.0} and figures["decode_speedup"] is None
