@@ -1,7 +1,7 @@
 """draft_policy.py rule `batch` and the engine's batched draft choice, with hand-worked fake costs."""
 
 from ray_dspine.engines.embedded.config import EmbeddedEngineConfig
-from ray_dspine.engines.embedded.draft_policy import AcceptanceTracker, choose_draft_length, geometric_values
+from ray_dspine.engines.embedded.draft_policy import MatchedAcceptance, choose_draft_length, geometric_values
 from ray_dspine.engines.embedded.engine import EmbeddedEngine
 from ray_dspine.engines.embedded.sequence import Sequence
 
@@ -28,10 +28,10 @@ def _seq(alpha_hits: int, trials: int, proposal_tokens: int) -> Sequence:
     seq = Sequence(
         request_id="x", prompt_ids=[1], max_tokens=50, temperature=0.0, top_p=1.0, eos_token_ids=frozenset(),
         detokenizer=None, drafter=None, generator=None, histogram_size=9,
-        acceptance=AcceptanceTracker(history_decay=1.0, max_draft=2),
+        acceptance=MatchedAcceptance(history_decay=1.0, max_draft=2),
     )
     # position 1 only (position 2 untried takes position 1's rate): one rate alpha = (hits + 1/2) / (trials + 1)
-    seq.acceptance.accepted, seq.acceptance.trials = [alpha_hits, 0.0], [trials, 0.0]
+    seq.tracker().accepted, seq.tracker().trials = [alpha_hits, 0.0], [trials, 0.0]
     return seq
 
 

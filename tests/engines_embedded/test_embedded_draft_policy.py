@@ -6,6 +6,7 @@ import pytest
 
 from ray_dspine.engines.embedded.draft_policy import (
     AcceptanceTracker,
+    MatchedAcceptance,
     StepCosts,
     bucket,
     bucket_hi,
@@ -105,6 +106,50 @@ def test_rule_a_request_whose_drafts_fail_falls_to_autoregressive_and_recovers()
     assert choose_draft_length(tracker.values(8), prior_costs(0.1, 8)) == 1
 
 
+def test_rule_match_keeps_counts_per_match_length():
+    acceptance = MatchedAcceptance(history_decay=1.0, max_draft=2)
+    for _ in range(3):
+        acceptance.of(1).observe_verify(2, 0)  # three drafts after 1-token matches, wrong at once
+    acceptance.of(4).observe_verify(2, 2)  # one after a 4-token match, right all along
+    # n = 1: a_1 = 0.5 / 4 = 0.125, a_2 untried = 0.125 / 1; n = 4: a_1 = 1.5 / 2 = 0.75, a_2 = (1 + 0.75) / 2
+    assert acceptance.of(1).rates() == pytest.approx([0.125, 0.125])
+    assert acceptance.of(4).rates() == pytest.approx([0.75, 0.875])
+    assert acceptance.of(3).rates() == [0.5, 0.5]  # a length never seen starts neutral
+    # prior costs 1 + 0.1 k: after a 1-token match E(1) / 1.1 = 1.125 / 1.1 = 1.023 > 1 > E(2) / 1.2 = 0.95
+    # drafts 1; after a 4-token match E(2) = 1 + 0.75 + 0.65625 = 2.40625, / 1.2 = 2.005 -> drafts 2
+    assert choose_draft_length(acceptance.of(1).values(2), prior_costs(0.1, 2)) == 1
+    assert choose_draft_length(acceptance.of(4).values(2), prior_costs(0.1, 2)) == 2
+    # one set for every length (by_match off): the same four steps pooled, s (1, 1), n (4, 1):
+    # a_1 = 1.5 / 5 = 0.3, a_2 = (1 + 0.3) / 2 = 0.65, whatever the match
+    pooled = MatchedAcceptance(history_decay=1.0, max_draft=2, by_match=False)
+    for _ in range(3):
+        pooled.of(1).observe_verify(2, 0)
+    pooled.of(4).observe_verify(2, 2)
+    assert pooled.of(1) is pooled.of(4)
+    assert pooled.of(3).rates() == pytest.approx([0.3, 0.65])
+
+
+def test_rule_prior_starts_a_request_from_the_pooled_counts_of_its_match_length():
+    pool = MatchedAcceptance(history_decay=1.0, max_draft=2)
+    first = MatchedAcceptance(history_decay=1.0, max_draft=2, pool=pool, prior_weight=2.0)
+    first.of(4).observe_verify(2, 2)
+    first.of(4).observe_verify(2, 2)  # the pool saw the same: n = 4, s (2, 2), n (2, 2)
+    first.of(1).observe_shadow(5, 6)  # n = 1: a miss at 1
+    assert pool.of(4).rates() == pytest.approx([2.5 / 3, (2 + 2.5 / 3) / 3])  # 0.8333, 0.9444
+    assert pool.of(1).rates() == pytest.approx([0.25, 0.25])
+    # a later request starts each length from 2 pseudo-trials of the pool's rates: n = 4 s (1.6667, 1.8889),
+    # n (2, 2): a_1 = 2.1667 / 3 = 0.7222, a_2 = (1.8889 + 0.7222) / 3 = 0.8704
+    second = MatchedAcceptance(history_decay=1.0, max_draft=2, pool=pool, prior_weight=2.0)
+    assert second.of(4).rates() == pytest.approx([(2 * 2.5 / 3 + 0.5) / 3, (2 * (2 + 2.5 / 3) / 3 + 0.7222222) / 3])
+    # n = 1: s (0.5, 0.5), n (2, 2): a_1 = 1 / 3, a_2 = (0.5 + 1/3) / 3
+    assert second.of(1).rates() == pytest.approx([1 / 3, (0.5 + 1 / 3) / 3])
+    # weight 0 (or no pool): the neutral start, though the pool is fed
+    neutral = MatchedAcceptance(history_decay=1.0, max_draft=2, pool=pool, prior_weight=0.0)
+    assert neutral.of(4).rates() == [0.5, 0.5]
+    neutral.of(4).observe_verify(2, 0)  # the pool's n = 4 gains a miss at 1: s (2, 2), n (3, 2)
+    assert pool.of(4).rates()[0] == pytest.approx(2.5 / 4)
+
+
 def test_rule_buckets():
     assert [bucket(k) for k in range(10)] == [0, 1, 2, 3, 3, 4, 4, 4, 4, 5]
     assert [bucket_hi(b) for b in range(8)] == [0, 1, 2, 4, 8, 16, 32, 64]
@@ -175,8 +220,8 @@ def test_rule_explore_unmeasured_then_stale_buckets():
 
 
 class StubDrafter:
-    def propose(self):
-        return [1, 2, 3, 4, 5, 6]
+    def lookup(self):
+        return 4, [1, 2, 3, 4, 5, 6]
 
     def extend(self, tokens):
         pass
@@ -212,3 +257,22 @@ def test_decode_step_drafts_the_measured_choice_the_exploration_or_the_prior(tin
     fresh = StepCosts(weight=0.5, prior_ratio=0.1, max_k=8, explore_interval_s=5.0)
     fresh.record(0, 0.2, now=0.0)
     assert first_decode_draft(tiny, fresh, now=1.0, seed=7) == 2 and fresh.explored_at is None
+
+
+def test_rule_prior_leaves_seeded_sampled_requests_neutral_and_out_of_the_pool(tiny):
+    from ray_dspine.engines.embedded.config import EmbeddedEngineConfig
+    from ray_dspine.engines.embedded.sequence_setup import make_sequence
+    from ray_dspine.engines.protocol import GenerateRequest
+
+    config = EmbeddedEngineConfig(dtype="fp32", context_length_tokens=256, kv_budget_tokens=1024)
+    pool = MatchedAcceptance(history_decay=1.0, max_draft=8)
+    ids = tiny.tokenizer.encode("abcdefgh")
+
+    def sequence(**sampling):
+        request = GenerateRequest(request_id="r", prompt="abcdefgh", max_tokens=16, **sampling)
+        return make_sequence(config, tiny, request, ids, True, pool)
+
+    assert sequence(temperature=0.0).acceptance.pool is pool
+    assert sequence(temperature=0.9).acceptance.pool is pool  # sampled without a seed: not reproducible anyway
+    seeded = sequence(temperature=0.9, seed=7)
+    assert seeded.acceptance.pool is None and seeded.fixed_cost_ratio == config.draft_cost_ratio_prior

@@ -37,3 +37,10 @@ def test_extend_is_incremental():
     d = drafter_with([1, 2, 3], k=2, hi=2)
     d.extend([1, 2])
     assert d.propose() == [3, 1]
+
+
+def test_lookup_gives_the_matched_length():
+    # 1 2 3 9 2 3: the suffix 3-gram "9 2 3" never occurred before; "2 3" did, followed by 9 2 3 -> n = 2
+    assert drafter_with([1, 2, 3, 9, 2, 3]).lookup() == (2, [9, 2, 3])
+    assert drafter_with([1, 2, 3, 1, 2, 3]).lookup() == (3, [1, 2, 3])
+    assert drafter_with([1, 2, 3, 4]).lookup() == (0, [])

@@ -37,6 +37,19 @@ class EmbeddedEngineConfig(BaseModel):
     draft_history_decay: float = Field(
         default=0.95, gt=0, le=1, description="Per-step decay of a request's acceptance counts (draft_policy.py)."
     )
+    draft_acceptance_by_match: bool = Field(
+        default=True,
+        description="Keep a request's acceptance counts per matched n-gram length of the proposal, so weak matches "
+        "do not stop the drafting of strong ones (draft_policy.py rule `match`); false: one set of counts.",
+    )
+    draft_prior_weight: float = Field(
+        default=8.0,
+        ge=0,
+        le=64,
+        description="Pseudo-trials of the engine's pooled acceptance (per match length) a request's counts start "
+        "from (draft_policy.py rule `prior`; 8 chosen by dspine_lab.engines.draft_tuning on prompts bench engine "
+        "does not report); 0: every request starts neutral (a_1 = 1/2).",
+    )
     draft_cost_ratio_prior: float = Field(
         default=0.1,
         ge=0,

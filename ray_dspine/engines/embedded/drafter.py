@@ -4,7 +4,8 @@ Rule. Let t[0..L) be the context (prompt + generated). For n = ngram_max down to
 g = t[L-n..L). If g occurred earlier, ending at position j (so t[j-n..j) = g and j < L), take the
 most recent such j and propose t[j..j+k) (k = num_draft_tokens, fewer if the context ends first).
 The first n that matches wins, so longer matches are preferred; no match proposes nothing and the
-step falls back to one autoregressive token.
+step falls back to one autoregressive token. `lookup` also gives the matched n (0: no match), which
+the adaptive draft length reads (draft_policy.py rule `match`).
 
 Parameters: ngram_min..ngram_max in [1, 16] tokens; k in [1, 64] tokens.
 Complexity: the index keeps, per n, a dict from n-gram to the position after its latest
@@ -35,12 +36,16 @@ class NgramDrafter:
                     follow[tuple(self._tokens[position - n : position])] = position
             self._tokens.append(token)
 
-    def propose(self) -> list[int]:
+    def lookup(self) -> tuple[int, list[int]]:
+        """(the matched n, the proposal); (0, []) when no n-gram matches."""
         length = len(self._tokens)
         for n in range(self.ngram_max, self.ngram_min - 1, -1):
             if length < n:
                 continue
             follow_at = self._follow[n].get(tuple(self._tokens[length - n :]))
             if follow_at is not None:
-                return self._tokens[follow_at : follow_at + self.num_draft_tokens]
-        return []
+                return n, self._tokens[follow_at : follow_at + self.num_draft_tokens]
+        return 0, []
+
+    def propose(self) -> list[int]:
+        return self.lookup()[1]

@@ -32,7 +32,8 @@ KV is not cached. `usage.cached_prompt_tokens` is the hit.
 Adaptive drafting (draft_policy.py): each decode step is timed with the injected clock; those times
 give the step cost per draft length, one table per batch size n (a step alone: c(k) over its k draft
 tokens; a batched step of n verifying requests: c_n(k_tot) over the step's total draft tokens, rule
-`batch`), and each request's acceptance gives its k*.
+`batch`), and each request's acceptance, kept per match length of its proposals and started from the
+engine's pooled counts for that length (rules `match`, `prior`), gives its k*.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from .admission import AdmissionController, Overloaded
 from .block_cache import BlockCache
 from .config import EmbeddedEngineConfig
 from .batch import forward_packed
-from .draft_policy import StepCosts
+from .draft_policy import MatchedAcceptance, StepCosts
 from .kv_blocks import block_payload, cache_from_blocks
 from .model import LoadedModel, load_model, resolve_num_threads, set_threads
 from .prompt import render_prompt
@@ -85,6 +86,9 @@ class EmbeddedEngine:
             config.draft_explore_interval_s,
         )
         self._batch_costs: dict[int, StepCosts] = {}  # batch size n >= 2 -> c_n(total draft tokens)
+        self._pooled_acceptance = MatchedAcceptance(  # fed by every adaptive request (rule `prior`)
+            config.draft_history_decay, config.num_draft_tokens, config.draft_acceptance_by_match
+        )
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._sequences: dict[str, Sequence] = {}
@@ -189,7 +193,9 @@ class EmbeddedEngine:
         return sequence.max_tokens + slack
 
     def _make_sequence(self, request: GenerateRequest) -> Sequence:
-        return make_sequence(self.config, self._loaded, request, self._tokenize(request), self._drafter_enabled)
+        return make_sequence(
+            self.config, self._loaded, request, self._tokenize(request), self._drafter_enabled, self._pooled_acceptance
+        )
 
     def _cancel(self, request_id: str) -> None:
         with self._wake:
@@ -324,7 +330,7 @@ class EmbeddedEngine:
             drafts.append(draft)
             rest_draft += len(draft)
             if seq.acceptance is not None:
-                rest_tokens += seq.acceptance.values(len(draft))[-1]  # E_i(k_i)
+                rest_tokens += seq.tracker().values(len(draft))[-1]  # E_i(k_i)
             else:
                 rest_tokens += len(draft) + 1
         return drafts

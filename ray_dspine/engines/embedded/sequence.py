@@ -19,7 +19,7 @@ import torch
 
 from ..protocol import Usage
 from .detokenizer import IncrementalDetokenizer
-from .draft_policy import AcceptanceTracker, StepCosts, choose_draft_length, prior_costs
+from .draft_policy import AcceptanceTracker, MatchedAcceptance, StepCosts, choose_draft_length, prior_costs
 from .drafter import NgramDrafter
 from .speculative import accept_greedy, accept_sampled, target_probs
 
@@ -44,12 +44,13 @@ class Sequence:
     drafter: NgramDrafter | None
     generator: torch.Generator | None
     histogram_size: int
-    acceptance: AcceptanceTracker | None = None  # set: adaptive draft length (draft_policy.py)
+    acceptance: MatchedAcceptance | None = None  # set: adaptive draft length (draft_policy.py)
     fixed_cost_ratio: float | None = None  # set: prior costs, this r (seeded sampling stays reproducible)
     cache: object = None
     prefilled: int = 0
     cached_tokens: int = 0  # prompt tokens the prefix cache covered (not prefilled)
     last_token: int | None = None
+    match_length: int = 0  # n of the n-gram the latest proposal matched (0: none)
     output_ids: list[int] = field(default_factory=list)
     verify_steps: int = 0
     accept_histogram: list[int] = field(default_factory=list)
@@ -75,6 +76,10 @@ class Sequence:
             path=self.path,
             cached_prompt_tokens=self.cached_tokens,
         )
+
+    def tracker(self) -> AcceptanceTracker | None:
+        """The acceptance counts for the latest proposal's match length (draft_policy.py rule `match`)."""
+        return None if self.acceptance is None else self.acceptance.of(self.match_length)
 
     def kv_tokens(self) -> list[int]:
         """The tokens whose KV the cache holds, in order (every token fed so far but `last`)."""
@@ -108,10 +113,12 @@ def after_prefill(seq: Sequence, logits: torch.Tensor) -> StepOutput:
 
 
 def propose(seq: Sequence, drafter_enabled: bool) -> list[int]:
-    """The drafter's proposal for the next verify step, cut so it never overshoots max_tokens."""
+    """The drafter's proposal for the next verify step, cut so it never overshoots max_tokens; sets
+    `seq.match_length`."""
+    seq.match_length, proposal = 0, []
     if drafter_enabled and seq.drafter is not None and seq.remaining > 1:
-        return seq.drafter.propose()[: seq.remaining - 1]
-    return []
+        seq.match_length, proposal = seq.drafter.lookup()
+    return proposal[: seq.remaining - 1]
 
 
 def choose_draft(
@@ -130,7 +137,7 @@ def choose_draft(
     always uses the prior costs of a step alone, so its draws stay reproducible."""
     if seq.acceptance is None or not proposal:
         return proposal
-    values = seq.acceptance.values(len(proposal))
+    values = seq.tracker().values(len(proposal))
     if seq.fixed_cost_ratio is not None or costs is None:
         return proposal[: choose_draft_length(values, prior_costs(seq.fixed_cost_ratio or 0.0, len(proposal)))]
     if may_explore:
@@ -144,11 +151,12 @@ def finish_verify(seq: Sequence, logits: torch.Tensor, proposal: list[int], draf
     """Accept from a verify step's logits (rows for last, d1..dk); updates the acceptance counts."""
     emitted = _choose(seq, logits, draft)
     accepted = len(emitted) - 1
-    if seq.acceptance is not None:
+    tracker = seq.tracker()
+    if tracker is not None:
         if draft:
-            seq.acceptance.observe_verify(len(draft), accepted)
+            tracker.observe_verify(len(draft), accepted)
         elif proposal:
-            seq.acceptance.observe_shadow(proposal[0], emitted[0])  # free: what a 1-token draft would have got
+            tracker.observe_shadow(proposal[0], emitted[0])  # free: what a 1-token draft would have got
     return emitted
 
 

@@ -5,7 +5,9 @@ Rules (C = min(context_length_tokens, the model's context), P = prompt tokens, M
   the request asked to clamp (max_tokens not given), then M = C - P.
   Sampling draws from a generator seeded with the request's seed (a random one without).
   A seeded sampled request drafts with the prior step costs 1 + draft_cost_ratio_prior * k, never the
-  measured ones nor an exploration (draft_policy.py rules `cost`, `explore`).
+  measured ones nor an exploration, and its acceptance counts start neutral and feed no pool
+  (draft_policy.py rules `cost`, `explore`, `prior`). Any other adaptive request's counts start from,
+  and feed, the engine's pool `pooled_acceptance`.
 """
 
 from __future__ import annotations
@@ -15,13 +17,18 @@ import uuid
 from ..protocol import EngineError, GenerateRequest
 from .config import EmbeddedEngineConfig
 from .detokenizer import IncrementalDetokenizer
-from .draft_policy import AcceptanceTracker
+from .draft_policy import MatchedAcceptance
 from .drafter import NgramDrafter
 from .sequence import Sequence
 
 
 def make_sequence(
-    config: EmbeddedEngineConfig, loaded, request: GenerateRequest, prompt_ids: list[int], drafter_enabled: bool
+    config: EmbeddedEngineConfig,
+    loaded,
+    request: GenerateRequest,
+    prompt_ids: list[int],
+    drafter_enabled: bool,
+    pooled_acceptance: MatchedAcceptance | None = None,
 ) -> Sequence:
     context = min(config.context_length_tokens, loaded.context_length_tokens)
     if len(prompt_ids) >= context:
@@ -49,6 +56,7 @@ def make_sequence(
 
         generator = torch.Generator()
         generator.manual_seed(request.seed if request.seed is not None else uuid.uuid4().int & (2**63 - 1))
+    seeded = generator is not None and request.seed is not None
     drafter = None
     if config.speculative:
         drafter = NgramDrafter(config.num_draft_tokens, config.ngram_min, config.ngram_max)
@@ -64,7 +72,15 @@ def make_sequence(
         drafter=drafter,
         generator=generator,
         histogram_size=config.num_draft_tokens + 1,
-        acceptance=AcceptanceTracker(config.draft_history_decay, config.num_draft_tokens) if config.adaptive_draft else None,
-        fixed_cost_ratio=config.draft_cost_ratio_prior if generator is not None and request.seed is not None else None,
+        acceptance=MatchedAcceptance(
+            config.draft_history_decay,
+            config.num_draft_tokens,
+            config.draft_acceptance_by_match,
+            None if seeded else pooled_acceptance,
+            config.draft_prior_weight,
+        )
+        if config.adaptive_draft
+        else None,
+        fixed_cost_ratio=config.draft_cost_ratio_prior if seeded else None,
         path="speculative" if drafter_enabled else "autoregressive",
     )
