@@ -6,18 +6,23 @@ off, draft_policy.py rule `match`) decodes fastest, chosen on prompts that the r
 does not contain: this study decodes the next ones (2 of each category by default) and never those 6.
 
 Rules:
-  run:     one speculative engine per variant and one autoregressive engine share one loaded fp32 model;
-           every tuning prompt is decoded greedily by each engine in turn (the order rotated per prompt, as
-           `bench engine` does), `rounds` times, after an untimed warm-up. Each engine keeps its step-cost
-           tables across prompts, as a serving replica does.
+  run:     one speculative engine per variant and one autoregressive engine share one loaded fp32 model,
+           and so does the peer, transformers' `generate(prompt_lookup_num_tokens=k)`, once per k of
+           `peer_tokens` (arms `peer-k<k>`); every tuning prompt is decoded greedily by each arm in turn
+           (the order rotated per prompt, as `bench engine` does), `rounds` times, after an untimed
+           warm-up. Each engine keeps its step-cost tables across prompts, as a serving replica does.
+           Searching the peer's draft length beside the variants' gives a comparison with it equal
+           tuning effort on the setting both share.
   figures: per variant and category, output tokens / wall seconds over that category's decodes, and the
            speedup over the autoregressive engine's rate on the same decodes; overall likewise. Greedy
-           output must match the autoregressive engine's (fp32): mismatches are counted.
+           output must match the autoregressive engine's (fp32): mismatches are counted (not for the
+           peer, whose `generate` returns tokens the bench does not detokenize).
   choice:  the variant with the highest overall rate among those whose chat speedup is at least
-           `chat_floor` (speculation must not lose on chat); none qualifying -> the first variant.
-Parameters: variants as NAME=FIELD:VALUE[;FIELD:VALUE] (EmbeddedEngineConfig fields, JSON values); rounds
->= 1; prompts: how many of the list after the report set. Complexity: (variants + 1) * rounds * prompts
-decodes.
+           `chat_floor` (speculation must not lose on chat); none qualifying -> the first variant. The
+           peer's k: the highest overall rate (`chosen_peer_tokens`).
+Parameters: variants as NAME=FIELD:VALUE[;FIELD:VALUE] (EmbeddedEngineConfig fields, JSON values); the
+peer's k in [1, 64] (its n-gram size stays transformers' default); rounds >= 1; prompts: how many of the
+list after the report set. Complexity: (variants + peer k's + 1) * rounds * prompts decodes.
 """
 
 from __future__ import annotations
@@ -73,8 +78,10 @@ def choose_variant(rates: dict[str, dict[str, float]], ar_rates: dict[str, float
     return max(allowed, key=lambda n: (rates[n]["overall"], -names.index(n)))
 
 
-async def _run(variants: dict[str, dict], rounds: int, prompts: list[dict], max_tokens: int, progress):
-    from ray_dspine.bench.engine_bench import _decode, _engine
+async def _run(
+    variants: dict[str, dict], peer_tokens: list[int], rounds: int, prompts: list[dict], max_tokens: int, progress
+):
+    from ray_dspine.bench.engine_bench import _decode, _engine, _peer_decode
     from ray_dspine.engines.embedded.config import EmbeddedEngineConfig
     from ray_dspine.engines.embedded.model import load_model
 
@@ -87,21 +94,30 @@ async def _run(variants: dict[str, dict], rounds: int, prompts: list[dict], max_
     for engine in engines.values():
         await engine.start()
         await _decode(engine, prompts[0]["messages"], 16, "warmup")
+    peers = {f"peer-k{k}": k for k in peer_tokens}
+    for k in peer_tokens:
+        _peer_decode(loaded, prompts[0]["messages"], 16, k)
     tokens: dict[tuple[str, str], int] = {}
     seconds: dict[tuple[str, str], float] = {}
     mismatches = {name: 0 for name in engines}
-    names = list(engines)
+    names = list(engines) + list(peers)
     for r in range(rounds):
         for i, prompt in enumerate(prompts):
             shift = (r * len(prompts) + i) % len(names)
             texts = {}
             for name in names[shift:] + names[:shift]:
                 started = time.perf_counter()
-                texts[name], usage, *_ = await _decode(engines[name], prompt["messages"], max_tokens, f"{name}-{r}-{i}")
+                if name in peers:
+                    produced = _peer_decode(loaded, prompt["messages"], max_tokens, peers[name])[0]
+                else:
+                    texts[name], usage, *_ = await _decode(
+                        engines[name], prompt["messages"], max_tokens, f"{name}-{r}-{i}"
+                    )
+                    produced = usage.completion_tokens if usage else 0
                 key = (name, prompt["category"])
-                tokens[key] = tokens.get(key, 0) + (usage.completion_tokens if usage else 0)
+                tokens[key] = tokens.get(key, 0) + produced
                 seconds[key] = seconds.get(key, 0.0) + time.perf_counter() - started
-            for name in names:
+            for name in engines:
                 mismatches[name] += texts[name] != texts["ar"]
             progress(f"round {r + 1}/{rounds}, prompt {i + 1}/{len(prompts)} ({prompt['category']})")
     for engine in engines.values():
@@ -121,6 +137,10 @@ def main(argv: list[str] | None = None) -> int:
         help="a drafting setting to compare (repeatable; default: per-match counts with draft_prior_weight 0, 2, 4 "
         "and 8, and one set of counts from a neutral start)",
     )
+    parser.add_argument(
+        "--peer-tokens", default="", metavar="K[,K]",
+        help="also time transformers' prompt lookup with these draft lengths (e.g. 8,16; default: none)",
+    )
     parser.add_argument("--rounds", type=int, default=2, help="decodes of every prompt per engine (default 2)")
     parser.add_argument("--prompts", type=int, default=6, help="tuning prompts after the report set (default 6)")
     parser.add_argument("--max-tokens", type=int, default=96, help="tokens per answer (default 96, as bench engine)")
@@ -129,14 +149,23 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.prompts < 1 or args.max_tokens < 1 or args.chat_floor <= 0:
         parser.error("--rounds, --prompts and --max-tokens must be >= 1 and --chat-floor > 0")
+    try:
+        peer_tokens = sorted({int(k) for k in args.peer_tokens.split(",") if k.strip()})
+    except ValueError:
+        parser.error("--peer-tokens must be comma-separated integers, e.g. 8,16")
+    if peer_tokens and not 1 <= min(peer_tokens) <= max(peer_tokens) <= 64:
+        parser.error("--peer-tokens must be between 1 and 64")
     variants: dict[str, dict] = {}
     for text in args.variants or DEFAULT_VARIANTS:
         try:
             name, overrides = parse_variant(text)
         except ValueError as exc:
             parser.error(f"--variant {exc}")
-        if name == "ar" or name in variants:
-            parser.error(f"--variant names must be unique and not 'ar' (the autoregressive reference): {name!r}")
+        if name == "ar" or name.startswith("peer-") or name in variants:
+            parser.error(
+                f"--variant names must be unique, not 'ar' (the autoregressive reference) and not start with "
+                f"'peer-' (the peer's arms): {name!r}"
+            )
         variants[name] = overrides
     from pydantic import ValidationError
 
@@ -152,9 +181,10 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         parser.error(f"--prompts: {exc}")
     rates, mismatches = asyncio.run(
-        _run(variants, args.rounds, prompts, args.max_tokens, lambda m: print(m, file=sys.stderr))
+        _run(variants, peer_tokens, args.rounds, prompts, args.max_tokens, lambda m: print(m, file=sys.stderr))
     )
     ar = rates.pop("ar")
+    peer_rates = {name: rates.pop(name) for name in list(rates) if name.startswith("peer-")}
     chosen = choose_variant(rates, ar, args.chat_floor)
     result = {
         "measured": "MEASURED, fp32, tuning prompts only",
@@ -167,6 +197,14 @@ def main(argv: list[str] | None = None) -> int:
         "greedy_mismatches_vs_ar": {n: mismatches[n] for n in rates},
         "chosen": chosen,
     }
+    if peer_rates:
+        best_peer = max(peer_rates, key=lambda n: (peer_rates[n]["overall"], -int(n.removeprefix("peer-k"))))
+        result["peer_tokens_per_s"] = {n: {c: round(v, 2) for c, v in r.items()} for n, r in peer_rates.items()}
+        result["peer_speedup"] = {n: {c: round(v / ar[c], 3) for c, v in r.items()} for n, r in peer_rates.items()}
+        result["chosen_peer_tokens"] = int(best_peer.removeprefix("peer-k"))
+        result["chosen_over_chosen_peer"] = {
+            c: round(rates[chosen][c] / peer_rates[best_peer][c], 3) for c in rates[chosen]
+        }
     if args.json:
         print(json.dumps(result, indent=1))
         return 0
@@ -176,7 +214,12 @@ def main(argv: list[str] | None = None) -> int:
     for name in rates:
         row = " ".join(f"{result['speedup'][name][c]:>9.3f}x" for c in categories)
         print(f"{name:>12} {row}  {mismatches[name]:>10}")
+    for name in peer_rates:
+        print(f"{name:>12} " + " ".join(f"{result['peer_speedup'][name][c]:>9.3f}x" for c in categories))
     print(f"chosen: {chosen} (highest overall rate with chat >= {args.chat_floor}x)")
+    if peer_rates:
+        versus = " ".join(f"{c} {v:.3f}x" for c, v in result["chosen_over_chosen_peer"].items())
+        print(f"peer's best k: {result['chosen_peer_tokens']}; {chosen} over it: {versus}")
     return 0
 
 

@@ -47,8 +47,8 @@ class EmbeddedEngineConfig(BaseModel):
         ge=0,
         le=64,
         description="Pseudo-trials of the engine's pooled acceptance (per match length) a request's counts start "
-        "from (draft_policy.py rule `prior`; 8 chosen by dspine_lab.engines.draft_tuning on prompts bench engine "
-        "does not report); 0: every request starts neutral (a_1 = 1/2).",
+        "from (draft_policy.py rule `prior`; 8 chosen on prompts bench engine does not report, "
+        "docs/results/embedded-engine.md); 0: every request starts neutral (a_1 = 1/2).",
     )
     draft_cost_ratio_prior: float = Field(
         default=0.1,

@@ -51,6 +51,9 @@ def test_tuning_prompts_never_include_the_report_set():
         (["--variant", "x"], "NAME=FIELD:VALUE"),
         (["--prompts", "7"], "only 6 prompts"),
         (["--rounds", "0"], "must be >= 1"),
+        (["--peer-tokens", "8,x"], "comma-separated integers"),
+        (["--peer-tokens", "0,8"], "between 1 and 64"),
+        (["--variant", "peer-k8=draft_prior_weight:1"], "not start with 'peer-'"),
     ],
 )
 def test_bad_input_is_a_cli_error_naming_the_flag(argv, message, capsys):
