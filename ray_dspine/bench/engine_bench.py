@@ -338,7 +338,10 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser("engine", help="benchmark the embedded engine alone: speculative vs autoregressive vs peer")
     parser.add_argument("--prompts", type=int, default=12, help="prompts from the fixed set (balanced by category)")
     parser.add_argument("--max-tokens", type=int, default=128, help="output tokens per prompt at most")
-    parser.add_argument("--num-draft-tokens", type=int, default=8, help="draft block size")
+    parser.add_argument(
+        "--num-draft-tokens", type=int, default=EmbeddedEngineConfig.model_fields["num_draft_tokens"].default,
+        help="most tokens drafted per step, by our engine and by the peer alike (default: the engine's num_draft_tokens)",
+    )
     parser.add_argument(
         "--dtype", choices=["bf16", "fp32"], default="fp32",
         help="serving dtype, timed against the peer (the other dtype runs too, for its greedy mismatches)",
@@ -360,6 +363,10 @@ def register(subparsers) -> None:
 def _main(args) -> int:
     if args.prompts < 1 or args.max_tokens < 1:
         print("ray-dspine bench engine: --prompts and --max-tokens must be at least 1", file=sys.stderr)
+        return 2
+    if not 1 <= args.num_draft_tokens <= 64:
+        print("ray-dspine bench engine: --num-draft-tokens must be between 1 and 64 (the engine's "
+              "num_draft_tokens range)", file=sys.stderr)
         return 2
     agent = None
     if args.agent_conversations > 0:

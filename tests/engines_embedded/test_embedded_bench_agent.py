@@ -51,3 +51,24 @@ def test_bad_agent_arguments_exit_2(capsys):
     )
     assert engine_bench._main(args) == 2
     assert "--agent-concurrency" in capsys.readouterr().err
+
+
+def test_draft_tokens_outside_the_engine_range_exit_2(capsys):
+    for bad in (0, 65):
+        args = SimpleNamespace(
+            prompts=1, max_tokens=1, num_draft_tokens=bad, dtype="fp32", json=True, agent_conversations=0,
+            agent_turns=1, agent_max_tokens=1, agent_concurrency="1", traces_dir=None,
+        )
+        assert engine_bench._main(args) == 2
+        assert "--num-draft-tokens must be between 1 and 64" in capsys.readouterr().err
+
+
+def test_draft_tokens_default_is_the_engine_default():
+    import argparse
+
+    from ray_dspine.engines.embedded.config import EmbeddedEngineConfig
+
+    parser = argparse.ArgumentParser()
+    engine_bench.register(parser.add_subparsers())
+    args = parser.parse_args(["engine"])
+    assert args.num_draft_tokens == EmbeddedEngineConfig().num_draft_tokens == 32

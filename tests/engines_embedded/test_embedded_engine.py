@@ -80,7 +80,7 @@ def test_max_tokens_is_honoured_exactly(loaded):
 
 def test_context_limits_refused_with_field_named(loaded):
     async def main():
-        eng = engine(loaded, context_length_tokens=64, kv_budget_tokens=72)
+        eng = engine(loaded, context_length_tokens=64, kv_budget_tokens=96)  # 64 + the 32-token draft block
         await eng.start()
         with pytest.raises(EngineError) as too_many:
             await run(eng, request("hi", max_tokens=60))
@@ -98,7 +98,8 @@ def test_context_limits_refused_with_field_named(loaded):
 
 def test_queue_beyond_slots_and_cancel_frees_budget(loaded):
     async def main():
-        eng = engine(loaded, max_running_requests=1, max_queued_requests=1)
+        # autoregressive, so the first request surely still runs 0.2 s later (a long draft may copy it to its end)
+        eng = engine(loaded, max_running_requests=1, max_queued_requests=1, speculative=False)
         await eng.start()
         first = eng.generate(request(PROMPTS[0], max_tokens=200, request_id="one"))
         await first.__anext__()  # running, holding the only slot

@@ -28,7 +28,14 @@ class EmbeddedEngineConfig(BaseModel):
     )
     dtype: Literal["bf16", "fp32"] = Field(default="bf16", description="Compute dtype of the target model.")
     speculative: bool = Field(default=True, description="Draft with n-gram prompt lookup and verify in blocks.")
-    num_draft_tokens: int = Field(default=8, ge=1, le=64, description="Tokens drafted per verify step (block size).")
+    num_draft_tokens: int = Field(
+        default=32,
+        ge=1,
+        le=64,
+        description="Most tokens drafted per verify step (the adaptive length chooses up to this many); 32 decoded "
+        "fastest of 8, 16 and 32 on prompts bench engine does not report, for this engine and for transformers' "
+        "prompt lookup alike (docs/results/embedded-engine.md).",
+    )
     adaptive_draft: bool = Field(
         default=True,
         description="Per request, draft only as many tokens as pay for their verification, down to none "
