@@ -20,9 +20,10 @@ Rules:
   choice:  the variant with the highest overall rate among those whose chat speedup is at least
            `chat_floor` (speculation must not lose on chat); none qualifying -> the first variant. The
            peer's k: the highest overall rate (`chosen_peer_tokens`).
-Parameters: variants as NAME=FIELD:VALUE[;FIELD:VALUE] (EmbeddedEngineConfig fields, JSON values); the
-peer's k in [1, 64] (its n-gram size stays transformers' default); rounds >= 1; prompts: how many of the
-list after the report set. Complexity: (variants + peer k's + 1) * rounds * prompts decodes.
+Parameters: variants as NAME=FIELD:VALUE[;FIELD:VALUE] (EmbeddedEngineConfig fields, JSON values), over
+`base` settings every arm shares (FIELD:VALUE[;FIELD:VALUE]; dtype stays fp32); the peer's k in [1, 64]
+(its n-gram size stays transformers' default); rounds >= 1; prompts: how many of the list after the report
+set. Complexity: (variants + peer k's + 1) * rounds * prompts decodes.
 """
 
 from __future__ import annotations
@@ -79,13 +80,19 @@ def choose_variant(rates: dict[str, dict[str, float]], ar_rates: dict[str, float
 
 
 async def _run(
-    variants: dict[str, dict], peer_tokens: list[int], rounds: int, prompts: list[dict], max_tokens: int, progress
+    variants: dict[str, dict],
+    peer_tokens: list[int],
+    rounds: int,
+    prompts: list[dict],
+    max_tokens: int,
+    progress,
+    common: dict | None = None,
 ):
     from ray_dspine.bench.engine_bench import _decode, _engine, _peer_decode
     from ray_dspine.engines.embedded.config import EmbeddedEngineConfig
     from ray_dspine.engines.embedded.model import load_model
 
-    base = EmbeddedEngineConfig(dtype="fp32", max_running_requests=1, prefix_reuse=False)
+    base = EmbeddedEngineConfig(**{"dtype": "fp32", "max_running_requests": 1, "prefix_reuse": False, **(common or {})})
     engines = {"ar": base.model_copy(update={"speculative": False})}
     for name, overrides in variants.items():
         engines[name] = EmbeddedEngineConfig(**{**base.model_dump(), **overrides})  # validated
@@ -141,6 +148,10 @@ def main(argv: list[str] | None = None) -> int:
         "--peer-tokens", default="", metavar="K[,K]",
         help="also time transformers' prompt lookup with these draft lengths (e.g. 8,16; default: none)",
     )
+    parser.add_argument(
+        "--base", default="", metavar="FIELD:VALUE[;FIELD:VALUE]",
+        help="engine settings every arm shares, the autoregressive one too (e.g. num_draft_tokens:8)",
+    )
     parser.add_argument("--rounds", type=int, default=2, help="decodes of every prompt per engine (default 2)")
     parser.add_argument("--prompts", type=int, default=6, help="tuning prompts after the report set (default 6)")
     parser.add_argument("--max-tokens", type=int, default=96, help="tokens per answer (default 96, as bench engine)")
@@ -171,9 +182,16 @@ def main(argv: list[str] | None = None) -> int:
 
     from ray_dspine.engines.embedded.config import EmbeddedEngineConfig
 
+    try:
+        common = parse_variant(f"base={args.base}")[1]
+        EmbeddedEngineConfig(**{"dtype": "fp32", **common})
+    except (ValueError, TypeError) as exc:  # pydantic's ValidationError is a ValueError
+        parser.error(f"--base: not a valid engine setting: {exc}")
+    if any("dtype" in overrides for overrides in [common, *variants.values()]):
+        parser.error("--base/--variant: the study runs in fp32, where greedy output must match; drop dtype")
     for name, overrides in variants.items():
         try:
-            EmbeddedEngineConfig(dtype="fp32", **overrides)
+            EmbeddedEngineConfig(**{"dtype": "fp32", **common, **overrides})
         except (ValidationError, TypeError) as exc:
             parser.error(f"--variant {name}: not a valid engine setting: {exc}")
     try:
@@ -181,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         parser.error(f"--prompts: {exc}")
     rates, mismatches = asyncio.run(
-        _run(variants, peer_tokens, args.rounds, prompts, args.max_tokens, lambda m: print(m, file=sys.stderr))
+        _run(variants, peer_tokens, args.rounds, prompts, args.max_tokens, lambda m: print(m, file=sys.stderr), common)
     )
     ar = rates.pop("ar")
     peer_rates = {name: rates.pop(name) for name in list(rates) if name.startswith("peer-")}
@@ -190,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         "measured": "MEASURED, fp32, tuning prompts only",
         "command_line": " ".join(["python -m dspine_lab.engines.draft_tuning", *(argv if argv is not None else sys.argv[1:])]),
         "tuning_prompts": [f"{REPORT_PROMPTS + j} ({p['category']})" for j, p in enumerate(prompts)],
+        "base": common,
         "variants": variants,
         "ar_tokens_per_s": {c: round(v, 2) for c, v in ar.items()},
         "tokens_per_s": {n: {c: round(v, 2) for c, v in r.items()} for n, r in rates.items()},

@@ -42,7 +42,7 @@ class EmbeddedEngineConfig(BaseModel):
         "(draft_policy.py); false: always the drafter's whole proposal.",
     )
     draft_history_decay: float = Field(
-        default=0.95, gt=0, le=1, description="Per-step decay of a request's acceptance counts (draft_policy.py)."
+        default=0.95, gt=0, le=1, description="Per-observation decay of a request's acceptance counts (draft_policy.py)."
     )
     draft_acceptance_by_match: bool = Field(
         default=True,

@@ -71,7 +71,8 @@ Rules (per request, at every decode step; k = draft tokens verified with the ste
               `explore(L)` may return a total t; those requests then take their proposals in order until
               t drafts are taken, instead of choosing. Seeded sampled requests keep the prior of a step alone.
 Parameters: lambda in (0, 1] (history_decay, per observation); prior_weight w in [0, 64] pseudo-trials;
-weight in (0, 1] of the newest cost sample; prior_ratio rho >= 0; T > 0 seconds; K in [1, 64] tokens. Costs in seconds (any unit for the prior).
+weight in (0, 1] of the newest cost sample; prior_ratio rho >= 0; T > 0 seconds; K in [1, 64] tokens.
+Costs in seconds (any unit for the prior).
 Complexity: O(K) per choice and per observation, O(number of buckets) = O(log K) per exploration check.
 """
 
