@@ -89,6 +89,7 @@ async def _run(
     common: dict | None = None,
 ):
     from ray_dspine.bench.engine_bench import _decode, _engine, _peer_decode
+    from ray_dspine.engines.embedded import compute
     from ray_dspine.engines.embedded.config import EmbeddedEngineConfig
     from ray_dspine.engines.embedded.model import load_model
 
@@ -96,7 +97,7 @@ async def _run(
     engines = {"ar": base.model_copy(update={"speculative": False})}
     for name, overrides in variants.items():
         engines[name] = EmbeddedEngineConfig(**{**base.model_dump(), **overrides})  # validated
-    loaded = load_model(base)
+    loaded = await compute.call(load_model, base)
     engines = {name: _engine(config, loaded) for name, config in engines.items()}
     for engine in engines.values():
         await engine.start()

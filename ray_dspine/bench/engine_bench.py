@@ -3,7 +3,9 @@
 Method. The fixed prompt set (`prompts/engine.json`: open chat, code edits that repeat their input,
 agent tool-call turns that repeat their context) is decoded greedily, each prompt by three decoders
 back to back in the serving dtype so machine noise hits all three alike: our autoregressive path,
-our speculative path, and transformers' own `generate(prompt_lookup_num_tokens=k)` as the peer.
+our speculative path, and transformers' own `generate(prompt_lookup_num_tokens=k)` as the peer
+(k = `--peer-draft-tokens`: each side drafts at most the length the same study chose for it on prompts
+this bench does not report). Every decoder's torch work runs on the one compute thread (compute.py).
 tokens/s = output tokens / decode wall time, summed over the prompts of a group; the order of the
 three rotates from prompt to prompt, and each figure is also given per CPU-second of this process
 (`cpu_*`), which a busy shared machine disturbs far less than wall time. Then both of our
@@ -44,11 +46,16 @@ import time
 from importlib import resources
 from pathlib import Path
 
+from ..engines.embedded import compute
 from ..engines.embedded.config import EmbeddedEngineConfig
 from ..engines.embedded.engine import EmbeddedEngine
 from ..engines.embedded.model import load_model
 from ..engines.protocol import ChatMessage, GenerateRequest
 from .engine_agent import load_conversations, run_agent_scenario
+
+# The peer's draft length: its fastest of 8, 16 and 32 on the tuning prompts, by the same study that chose
+# our engine's num_draft_tokens (docs/results/embedded-engine.md, "How long a draft may be").
+PEER_DRAFT_TOKENS = 16
 
 
 def load_prompts(limit: int) -> list[dict]:
@@ -81,6 +88,12 @@ async def _decode(engine: EmbeddedEngine, messages: list[dict], max_tokens: int,
 
 
 def _peer_decode(loaded, messages: list[dict], max_tokens: int, num_draft_tokens: int):
+    """transformers' prompt lookup on one prompt, on the compute thread like our engines' steps (compute.py):
+    (output tokens, wall seconds, CPU seconds of the process)."""
+    return compute.run(_peer_generate, loaded, messages, max_tokens, num_draft_tokens)
+
+
+def _peer_generate(loaded, messages: list[dict], max_tokens: int, num_draft_tokens: int):
     import torch
 
     from ..engines.embedded.prompt import render_prompt
@@ -104,11 +117,14 @@ def _engine(config: EmbeddedEngineConfig, loaded) -> EmbeddedEngine:
     return EmbeddedEngine(config, loader=lambda _config: loaded)
 
 
-async def _run_dtype(dtype: str, prompts: list[dict], max_tokens: int, num_draft_tokens: int, with_peer: bool, progress):
+async def _run_dtype(
+    dtype: str, prompts: list[dict], max_tokens: int, num_draft_tokens: int, peer_tokens: int | None, progress
+):
+    """Our AR and speculative engines on every prompt, and the peer at `peer_tokens` (None: no peer)."""
     base = EmbeddedEngineConfig(
         dtype=dtype, num_draft_tokens=num_draft_tokens, max_running_requests=1, prefix_reuse=False
     )
-    loaded = load_model(base)
+    loaded = await compute.call(load_model, base)
     ar = _engine(base.model_copy(update={"speculative": False}), loaded)
     spec = _engine(base, loaded)
     await ar.start()
@@ -117,8 +133,8 @@ async def _run_dtype(dtype: str, prompts: list[dict], max_tokens: int, num_draft
     for _ in range(2):  # untimed: first calls allocate caches and warm the kernels
         await _decode(ar, warmup, 16, "warmup-ar")
         await _decode(spec, warmup, 16, "warmup-spec")
-        if with_peer:
-            _peer_decode(loaded, warmup, 16, num_draft_tokens)
+        if peer_tokens is not None:
+            _peer_decode(loaded, warmup, 16, peer_tokens)
     rows = []
     for i, prompt in enumerate(prompts):
         messages = prompt["messages"]
@@ -126,8 +142,8 @@ async def _run_dtype(dtype: str, prompts: list[dict], max_tokens: int, num_draft
             "ar": lambda: _decode(ar, messages, max_tokens, f"ar-{i}"),
             "spec": lambda: _decode(spec, messages, max_tokens, f"spec-{i}"),
         }
-        if with_peer:
-            runs["peer"] = lambda: _peer_decode(loaded, messages, max_tokens, num_draft_tokens)
+        if peer_tokens is not None:
+            runs["peer"] = lambda: _peer_decode(loaded, messages, max_tokens, peer_tokens)
         order = list(runs)
         order = order[i % len(order) :] + order[: i % len(order)]  # rotate who goes first
         results = {}
@@ -150,7 +166,7 @@ async def _run_dtype(dtype: str, prompts: list[dict], max_tokens: int, num_draft
             "accept_length": spec_usage.accept_length,
             "identical": ar_text == spec_text,
         }
-        if with_peer:
+        if peer_tokens is not None:
             row["peer_tokens"], row["peer_s"], row["peer_cpu"] = results["peer"]
         rows.append(row)
         progress(f"{dtype} prompt {i + 1}/{len(prompts)} ({prompt['category']}): accept {spec_usage.accept_length:.2f}")
@@ -212,7 +228,7 @@ def _figures(serving: list[dict], fp32: list[dict], bf16: list[dict], dtype: str
 async def _run_agent(dtype: str, num_draft_tokens: int, agent: dict, progress) -> dict:
     conversations = load_conversations(agent["conversations"], agent["turns"], agent.get("traces_dir"))
     base = EmbeddedEngineConfig(dtype=dtype, num_draft_tokens=num_draft_tokens)
-    loaded = load_model(base)
+    loaded = await compute.call(load_model, base)
     result = await run_agent_scenario(
         loaded, base, conversations, tuple(agent["concurrency"]), agent["max_tokens"], progress
     )
@@ -259,7 +275,7 @@ async def _run_batching(dtype: str, prompts: list[dict], max_tokens: int, num_dr
     base = EmbeddedEngineConfig(
         dtype=dtype, num_draft_tokens=num_draft_tokens, max_running_requests=top, prefix_reuse=False
     )
-    loaded = load_model(base)
+    loaded = await compute.call(load_model, base)
     engines = {
         "batched": _engine(base, loaded),
         "unbatched": _engine(base.model_copy(update={"max_batch_requests": 1}), loaded),
@@ -309,20 +325,27 @@ async def _run_batching(dtype: str, prompts: list[dict], max_tokens: int, num_dr
 
 
 def run_engine_bench(
-    num_prompts: int, max_tokens: int, num_draft_tokens: int, dtype: str, progress=None, agent: dict | None = None
+    num_prompts: int,
+    max_tokens: int,
+    num_draft_tokens: int,
+    dtype: str,
+    progress=None,
+    agent: dict | None = None,
+    peer_draft_tokens: int = PEER_DRAFT_TOKENS,
 ) -> dict:
     """agent: {conversations, turns, max_tokens, concurrency: [..], traces_dir} or None to skip the scenario."""
     progress = progress or (lambda message: print(message, file=sys.stderr, flush=True))
     prompts = load_prompts(num_prompts)
-    serving = asyncio.run(_run_dtype(dtype, prompts, max_tokens, num_draft_tokens, True, progress))
+    serving = asyncio.run(_run_dtype(dtype, prompts, max_tokens, num_draft_tokens, peer_draft_tokens, progress))
     other_dtype = "bf16" if dtype == "fp32" else "fp32"
-    other = asyncio.run(_run_dtype(other_dtype, prompts, max_tokens, num_draft_tokens, False, progress))
+    other = asyncio.run(_run_dtype(other_dtype, prompts, max_tokens, num_draft_tokens, None, progress))
     by_dtype = {dtype: serving, other_dtype: other}
     fp32, bf16 = by_dtype["fp32"], by_dtype["bf16"]
     result = _figures(serving, fp32, bf16, dtype)
     result[f"{other_dtype}_tokens_per_s"] = {"ar": _rate(other, "ar"), "spec": _rate(other, "spec")}
     result["max_tokens"] = max_tokens
     result["num_draft_tokens"] = num_draft_tokens
+    result["peer_draft_tokens"] = peer_draft_tokens
     result["per_category"] = {}
     for category in dict.fromkeys(p["category"] for p in prompts):
         pick = lambda rows: [r for r in rows if r["category"] == category]  # noqa: E731
@@ -340,7 +363,12 @@ def register(subparsers) -> None:
     parser.add_argument("--max-tokens", type=int, default=128, help="output tokens per prompt at most")
     parser.add_argument(
         "--num-draft-tokens", type=int, default=EmbeddedEngineConfig.model_fields["num_draft_tokens"].default,
-        help="most tokens drafted per step, by our engine and by the peer alike (default: the engine's num_draft_tokens)",
+        help="most tokens our engine drafts per step (default: the engine's num_draft_tokens)",
+    )
+    parser.add_argument(
+        "--peer-draft-tokens", type=int, default=PEER_DRAFT_TOKENS,
+        help=f"tokens the peer drafts per step (default {PEER_DRAFT_TOKENS}: its fastest on the tuning prompts, "
+        "as 32 is ours)",
     )
     parser.add_argument(
         "--dtype", choices=["bf16", "fp32"], default="fp32",
@@ -364,10 +392,11 @@ def _main(args) -> int:
     if args.prompts < 1 or args.max_tokens < 1:
         print("ray-dspine bench engine: --prompts and --max-tokens must be at least 1", file=sys.stderr)
         return 2
-    if not 1 <= args.num_draft_tokens <= 64:
-        print("ray-dspine bench engine: --num-draft-tokens must be between 1 and 64 (the engine's "
-              "num_draft_tokens range)", file=sys.stderr)
-        return 2
+    for flag, value in (("--num-draft-tokens", args.num_draft_tokens), ("--peer-draft-tokens", args.peer_draft_tokens)):
+        if not 1 <= value <= 64:
+            print(f"ray-dspine bench engine: {flag} must be between 1 and 64 (the engine's num_draft_tokens range)",
+                  file=sys.stderr)
+            return 2
     agent = None
     if args.agent_conversations > 0:
         try:
@@ -383,7 +412,10 @@ def _main(args) -> int:
             "max_tokens": args.agent_max_tokens, "concurrency": concurrency,
             "traces_dir": Path(args.traces_dir) if args.traces_dir else None,
         }
-    result = run_engine_bench(args.prompts, args.max_tokens, args.num_draft_tokens, args.dtype, agent=agent)
+    result = run_engine_bench(
+        args.prompts, args.max_tokens, args.num_draft_tokens, args.dtype, agent=agent,
+        peer_draft_tokens=args.peer_draft_tokens,
+    )
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -403,7 +435,10 @@ def _main(args) -> int:
     _print_batching(result["concurrency"])
     if "agent" in result:
         _print_agent(result["agent"])
-    print(f"peak RSS {result['peak_rss_mb']} MB; throughput in {args.dtype}, identity in fp32")
+    print(
+        f"peak RSS {result['peak_rss_mb']} MB; throughput in {args.dtype}, identity in fp32; drafts of at most "
+        f"{result['num_draft_tokens']} tokens (ours) and {result['peer_draft_tokens']} (peer)"
+    )
     return 0
 
 

@@ -46,7 +46,7 @@ def test_agent_scenario_reports_each_cell_with_and_without_reuse(tiny, tmp_path)
 
 def test_bad_agent_arguments_exit_2(capsys):
     args = SimpleNamespace(
-        prompts=1, max_tokens=1, num_draft_tokens=8, dtype="fp32", json=True, agent_conversations=2,
+        prompts=1, max_tokens=1, num_draft_tokens=8, peer_draft_tokens=16, dtype="fp32", json=True, agent_conversations=2,
         agent_turns=1, agent_max_tokens=1, agent_concurrency="0", traces_dir=None,
     )
     assert engine_bench._main(args) == 2
@@ -54,16 +54,17 @@ def test_bad_agent_arguments_exit_2(capsys):
 
 
 def test_draft_tokens_outside_the_engine_range_exit_2(capsys):
-    for bad in (0, 65):
+    for ours, peer, flag in ((0, 16, "--num-draft-tokens"), (65, 16, "--num-draft-tokens"), (32, 0, "--peer-draft-tokens"),
+                             (32, 65, "--peer-draft-tokens")):
         args = SimpleNamespace(
-            prompts=1, max_tokens=1, num_draft_tokens=bad, dtype="fp32", json=True, agent_conversations=0,
-            agent_turns=1, agent_max_tokens=1, agent_concurrency="1", traces_dir=None,
+            prompts=1, max_tokens=1, num_draft_tokens=ours, peer_draft_tokens=peer, dtype="fp32", json=True,
+            agent_conversations=0, agent_turns=1, agent_max_tokens=1, agent_concurrency="1", traces_dir=None,
         )
         assert engine_bench._main(args) == 2
-        assert "--num-draft-tokens must be between 1 and 64" in capsys.readouterr().err
+        assert f"{flag} must be between 1 and 64" in capsys.readouterr().err
 
 
-def test_draft_tokens_default_is_the_engine_default():
+def test_draft_tokens_default_to_each_sides_tuned_length():
     import argparse
 
     from ray_dspine.engines.embedded.config import EmbeddedEngineConfig
@@ -72,3 +73,4 @@ def test_draft_tokens_default_is_the_engine_default():
     engine_bench.register(parser.add_subparsers())
     args = parser.parse_args(["engine"])
     assert args.num_draft_tokens == EmbeddedEngineConfig().num_draft_tokens == 32
+    assert args.peer_draft_tokens == 16  # the peer's own choice on the tuning prompts

@@ -1,8 +1,10 @@
+import pytest
+
 from ray_dspine.engines.embedded.drafter import NgramDrafter
 
 
-def drafter_with(tokens, k=3, lo=1, hi=3):
-    d = NgramDrafter(num_draft_tokens=k, ngram_min=lo, ngram_max=hi)
+def drafter_with(tokens, k=3, lo=1, hi=3, occurrence="first"):
+    d = NgramDrafter(num_draft_tokens=k, ngram_min=lo, ngram_max=hi, occurrence=occurrence)
     d.extend(tokens)
     return d
 
@@ -19,9 +21,9 @@ def test_rule_longer_ngram_wins():
     assert drafter_with(tokens, k=2).propose() == [9, 4]
 
 
-def test_rule_most_recent_occurrence_wins():
-    # "3" is followed by 4 at index 1 and by 5 at index 3; the latest (5) is proposed.
-    assert drafter_with([3, 4, 3, 5, 3], k=1, hi=1).propose() == [5]
+def test_rule_most_recent_occurrence_when_asked():
+    # "3" is followed by 4 at index 1 and by 5 at index 3; with occurrence "latest" 5 is proposed.
+    assert drafter_with([3, 4, 3, 5, 3], k=1, hi=1, occurrence="latest").propose() == [5]
 
 
 def test_rule_no_match_proposes_nothing():
@@ -44,3 +46,19 @@ def test_lookup_gives_the_matched_length():
     assert drafter_with([1, 2, 3, 9, 2, 3]).lookup() == (2, [9, 2, 3])
     assert drafter_with([1, 2, 3, 1, 2, 3]).lookup() == (3, [1, 2, 3])
     assert drafter_with([1, 2, 3, 4]).lookup() == (0, [])
+
+
+def test_rule_earliest_occurrence_by_default():
+    # the same context as above: "3" was first followed by 4 (index 1), so 4 is proposed.
+    d = NgramDrafter(num_draft_tokens=1, ngram_min=1, ngram_max=1)
+    d.extend([3, 4, 3, 5, 3])
+    assert d.propose() == [4]
+    # the longer match is still looked up first: the 2-gram "5 3" first ended at index 2, followed by 7 3
+    d = NgramDrafter(num_draft_tokens=2, ngram_min=1, ngram_max=2, occurrence="first")
+    d.extend([5, 3, 7, 3, 8, 5, 3])
+    assert d.lookup() == (2, [7, 3])
+
+
+def test_unknown_occurrence_is_refused():
+    with pytest.raises(ValueError, match="'latest' or 'first'"):
+        NgramDrafter(num_draft_tokens=1, ngram_min=1, ngram_max=1, occurrence="middle")

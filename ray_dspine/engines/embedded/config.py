@@ -74,6 +74,12 @@ class EmbeddedEngineConfig(BaseModel):
     )
     ngram_max: int = Field(default=4, ge=1, le=16, description="Longest suffix n-gram looked up in the context.")
     ngram_min: int = Field(default=1, ge=1, le=16, description="Shortest suffix n-gram looked up.")
+    ngram_occurrence: Literal["first", "latest"] = Field(
+        default="first",
+        description="Which earlier occurrence of the matched n-gram a draft copies: the earliest (as transformers' "
+        "prompt lookup does; faster on prompts bench engine does not report, docs/results/embedded-engine.md) or "
+        "the most recent (drafter.py).",
+    )
     context_length_tokens: int = Field(default=8192, ge=64, le=8192, description="Prompt + output tokens per request.")
     kv_budget_tokens: int = Field(
         default=16384, ge=64, description="KV-cache tokens all running requests may hold together."

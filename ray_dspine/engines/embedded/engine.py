@@ -19,6 +19,10 @@ forward ends every request of its group with an error (their KV is not cached); 
 finishes or is cancelled leaves the others' state untouched (each KV is its own; a cancelled one is
 dropped before the next round). Admission is `AdmissionController`'s rule.
 
+Threads: the worker thread keeps the rounds, the admission and the streams; every torch call it makes
+(the model load, prefill chunks, verify steps, prefix-block copies) runs on the process's one compute
+thread (compute.py), where the engine's intra-op thread count is set too.
+
 Why batch: on CPU a forward over a few tokens is bound by reading the weights, so n requests' verify
 blocks in one forward cost far less than n forwards; speculation already spends that spare compute
 for one request, batching spends it across requests.
@@ -45,6 +49,7 @@ import time
 from typing import AsyncIterator, Callable
 
 from ..protocol import Chunk, EngineError, GenerateRequest, LoadSnapshot
+from . import compute
 from .admission import AdmissionController, Overloaded
 from .block_cache import BlockCache
 from .config import EmbeddedEngineConfig
@@ -103,11 +108,12 @@ class EmbeddedEngine:
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
-        set_threads(resolve_num_threads(self.config.num_threads, self.config.pools_per_machine))
+        # Threads and the load on the compute thread, where every step of this engine will run (compute.py).
+        await compute.call(set_threads, resolve_num_threads(self.config.num_threads, self.config.pools_per_machine))
         with self._lock:
             self._block_cache.clear()
             self._cache_generation += 1
-        self._loaded = await asyncio.to_thread(self._loader, self.config)
+        self._loaded = await compute.call(self._loader, self.config)
         self._worker = threading.Thread(target=self._work, name="embedded-engine", daemon=True)
         self._worker.start()
         self.healthy = True
@@ -208,7 +214,7 @@ class EmbeddedEngine:
         for request_id in request_ids:
             holding, sequence = self._admission.holding(request_id), self._sequences[request_id]
             if holding.path:
-                sequence.cache = cache_from_blocks([block.payload for block in holding.path])
+                sequence.cache = compute.run(cache_from_blocks, [block.payload for block in holding.path])
                 sequence.prefilled = sequence.cached_tokens = holding.hit_tokens
             self._running.append(request_id)
 
@@ -220,7 +226,7 @@ class EmbeddedEngine:
         if self._admission.holding(request_id) is None:
             return
         B = self.config.prefix_block_tokens
-        self._admission.cache_tokens(request_id, tokens, lambda i: block_payload(sequence.cache, i, B))
+        self._admission.cache_tokens(request_id, tokens, lambda i: compute.run(block_payload, sequence.cache, i, B))
 
     def _finish(self, request_id: str, cache_kv: bool = True) -> None:
         """Drop a request's state and free its budget (called with the lock held)."""
@@ -276,7 +282,9 @@ class EmbeddedEngine:
         drafter_on = self._drafter_enabled
         try:
             prefilling, before, started = sequence.prefilled < len(sequence.prompt_ids), sequence.prefilled, self._clock()
-            out = run_step(sequence, self._loaded.model, PREFILL_CHUNK_TOKENS, drafter_on, self._step_costs, started)
+            out = compute.run(
+                run_step, sequence, self._loaded.model, PREFILL_CHUNK_TOKENS, drafter_on, self._step_costs, started
+            )
         except Exception as exc:  # a failed step ends this request, never the worker
             log.exception("step failed for request %s", request_id)
             with self._wake:
@@ -343,7 +351,8 @@ class EmbeddedEngine:
         sequences = [seq for _rid, seq in group]
         costs = self._costs_for(len(group))
         started = self._clock()
-        try:
+
+        def verify() -> tuple[list[list[int]], list]:
             with torch.inference_mode():
                 proposals = [propose(seq, drafter_on) for seq in sequences]
                 drafts = self._choose_drafts(sequences, proposals, costs, started)
@@ -355,6 +364,10 @@ class EmbeddedEngine:
                     step_cache.append_to(seq.cache, offset, len(emitted))  # last + accepted drafts
                     offset += len(draft) + 1
                     outs.append(emit_verified(seq, emitted, draft))
+            return drafts, outs
+
+        try:
+            drafts, outs = compute.run(verify)
         except Exception as exc:  # a failed step ends the group's requests, never the worker
             log.exception("batched step failed for %d requests", len(group))
             with self._wake:

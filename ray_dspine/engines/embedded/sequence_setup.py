@@ -59,7 +59,7 @@ def make_sequence(
     seeded = generator is not None and request.seed is not None
     drafter = None
     if config.speculative:
-        drafter = NgramDrafter(config.num_draft_tokens, config.ngram_min, config.ngram_max)
+        drafter = NgramDrafter(config.num_draft_tokens, config.ngram_min, config.ngram_max, config.ngram_occurrence)
         drafter.extend(prompt_ids)
     return Sequence(
         request_id=request.request_id or uuid.uuid4().hex,

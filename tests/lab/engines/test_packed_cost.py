@@ -1,0 +1,49 @@
+"""Packed-forward cost study (engines/packed_cost.py): a test per rule, values worked by hand."""
+
+import pytest
+import torch
+
+from dspine_lab.engines.packed_cost import batching_gain, main, time_packed
+
+
+def test_rule_gain_is_n_steps_alone_over_one_packed_step():
+    # 4 requests: alone 34 ms a step each, packed 61 ms for all four -> 4 * 34 / 61 = 2.2295...
+    assert batching_gain(34.0, 61.0, 4) == pytest.approx(136 / 61)
+    assert batching_gain(30.0, 30.0, 1) == 1.0  # one request is its own reference
+    assert batching_gain(10.0, 40.0, 4) == 1.0  # packing that costs n steps gains nothing
+
+
+def tiny_model():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=1024, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=512,
+    )
+    return LlamaForCausalLM(config).eval()
+
+
+def test_rule_every_cell_is_timed_once_warm():
+    model = tiny_model()
+    seen = []
+    times = time_packed(model, [1, 3], [1, 4], cached=20, repeats=2, progress=seen.append)
+    assert sorted(times) == [(1, 1), (1, 4), (3, 1), (3, 4)]
+    assert all(t > 0 for t in times.values())
+    assert len(seen) == 4 and seen[0].startswith("1 request(s) x 1 token(s) behind 20 cached")
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--requests", "two"], "--requests must be comma-separated integers"),
+        (["--tokens", "0"], "--tokens needs one or more integers >= 1"),
+        (["--cached", "-1"], "--cached must be >= 0"),
+        (["--repeats", "0"], "--repeats and --threads must be >= 1"),
+    ],
+)
+def test_bad_flags_exit_2_naming_the_flag(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
