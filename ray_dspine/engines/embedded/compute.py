@@ -33,15 +33,18 @@ _work: queue.SimpleQueue | None = None
 _thread: threading.Thread | None = None
 
 
+def _settle(future: Future, fn: Callable, args: tuple, kwargs: dict) -> None:
+    try:
+        future.set_result(fn(*args, **kwargs))
+    except BaseException as exc:  # handed back to the caller, never the end of the thread
+        future.set_exception(exc)
+
+
 def _serve(work: queue.SimpleQueue) -> None:
     while True:
         future, fn, args, kwargs = work.get()
-        if not future.set_running_or_notify_cancel():
-            continue
-        try:
-            future.set_result(fn(*args, **kwargs))
-        except BaseException as exc:  # handed back to the caller, never the end of the thread
-            future.set_exception(exc)
+        if future.set_running_or_notify_cancel():
+            _settle(future, fn, args, kwargs)
 
 
 def _queue() -> queue.SimpleQueue:
@@ -63,12 +66,9 @@ def submit(fn: Callable[..., T], *args, **kwargs) -> Future:
     """Queue fn(*args, **kwargs) for the compute thread; a Future of its result."""
     future: Future = Future()
     if on_compute_thread():
-        try:
-            future.set_result(fn(*args, **kwargs))
-        except BaseException as exc:
-            future.set_exception(exc)
-        return future
-    _queue().put((future, fn, args, kwargs))
+        _settle(future, fn, args, kwargs)
+    else:
+        _queue().put((future, fn, args, kwargs))
     return future
 
 

@@ -226,7 +226,8 @@ class EmbeddedEngine:
         if self._admission.holding(request_id) is None:
             return
         B = self.config.prefix_block_tokens
-        self._admission.cache_tokens(request_id, tokens, lambda i: compute.run(block_payload, sequence.cache, i, B))
+        # one hop for every block it copies (the admission's state is ours while the lock is held)
+        compute.run(self._admission.cache_tokens, request_id, tokens, lambda i: block_payload(sequence.cache, i, B))
 
     def _finish(self, request_id: str, cache_kv: bool = True) -> None:
         """Drop a request's state and free its budget (called with the lock held)."""
