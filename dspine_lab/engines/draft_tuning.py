@@ -53,6 +53,12 @@ def tuning_prompts(count: int) -> list[dict]:
     return prompts
 
 
+def add_prompt_flags(parser) -> None:
+    """--prompts (tuning prompts after the report set) and --max-tokens, as every tuning study takes them."""
+    parser.add_argument("--prompts", type=int, default=6, help="tuning prompts after the report set (default 6)")
+    parser.add_argument("--max-tokens", type=int, default=96, help="tokens per answer (default 96, as bench engine)")
+
+
 def parse_variant(text: str) -> tuple[str, dict]:
     """NAME=FIELD:VALUE[;FIELD:VALUE] -> (NAME, {FIELD: value}); values are JSON (true, 0.5, 8)."""
     name, sep, body = text.partition("=")
@@ -154,8 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         help="engine settings every arm shares, the autoregressive one too (e.g. num_draft_tokens:8)",
     )
     parser.add_argument("--rounds", type=int, default=2, help="decodes of every prompt per engine (default 2)")
-    parser.add_argument("--prompts", type=int, default=6, help="tuning prompts after the report set (default 6)")
-    parser.add_argument("--max-tokens", type=int, default=96, help="tokens per answer (default 96, as bench engine)")
+    add_prompt_flags(parser)
     parser.add_argument("--chat-floor", type=float, default=0.97, help="least chat speedup a variant may have")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args(argv)

@@ -8,17 +8,23 @@ produce at most, whatever the draft policy and the acceptance? That bounds the b
 
 Rules (times in ms; every request holds L cached tokens):
   t(n, q)    = the median of R timed forwards of n requests feeding q tokens each, all rows' logits
-               kept, as a verify step keeps them: for n >= 2 one packed forward (`forward_packed`, the
-               step's new keys dropped), for n = 1 a step alone as the engine runs a group of one (the
-               model on the request's own cache, cropped back after). The caches are filled once; on the
+               kept, as a verify step keeps them: for n >= 2 one packed forward (`forward_packed`), for
+               n = 1 a step alone as the engine runs a group of one (the model on the request's own
+               cache); every request's cache (rule `caches`) is cropped back after the forward (inside
+               the timing, as the engine crops rejected drafts). The caches are filled once; on the
                compute thread, in the engine's dtype, on `threads` torch threads. The first forward of
                each (n, q) warms up, untimed.
   gain(n, q) = n * t(1, q) / t(n, q): the tokens/s of n requests stepping together over one request
                stepping alone at the same q, which is the most batching can multiply throughput by
                when every step feeds q tokens (equal acceptance on both sides).
+  caches     = every cell is timed on each cache kind asked for (`--cache`): the engine's slab cache, and
+               transformers' DynamicCache (which copies every held position at every step), the repeats
+               of a cell alternating between them so machine noise hits both alike; a kind's gain uses
+               its own t(1, q).
 Parameters: every n >= 1 (n = 1 is always timed, as the reference), every q >= 1, L >= 0, R >= 1,
 threads >= 1.
-Complexity: O(sum over (n, q) of R * n * (q + L)) forward work; one cache of L tokens per request, filled once.
+Complexity: O(kinds * sum over (n, q) of R * n * (q + L)) forward work; one cache of L tokens per request
+and kind, filled once.
 """
 
 from __future__ import annotations
@@ -37,37 +43,66 @@ def batching_gain(t_alone_ms: float, t_packed_ms: float, requests: int) -> float
     return requests * t_alone_ms / t_packed_ms
 
 
-def time_packed(model, requests: list[int], feeds: list[int], cached: int, repeats: int, progress) -> dict:
-    """t(n, q) in ms for every n in `requests` and q in `feeds` (rule above); call on the compute thread."""
-    import torch
+def make_cache(kind: str, capacity: int):
+    """The engine's slab cache (kv_cache.py), or transformers' DynamicCache, which concatenates every step."""
     from transformers import DynamicCache
+
+    from ray_dspine.engines.embedded.kv_cache import SlabCache
+
+    if kind == "slab":
+        return SlabCache(capacity)
+    if kind == "dynamic":
+        return DynamicCache()
+    raise ValueError(f"unknown cache {kind!r}: slab or dynamic")
+
+
+def time_packed(
+    model,
+    requests: list[int],
+    feeds: list[int],
+    cached: int,
+    repeats: int,
+    progress,
+    kinds: tuple[str, ...] = ("slab",),
+) -> dict:
+    """t(kind, n, q) in ms for every cache kind, n in `requests` and q in `feeds` (rule above); call on the
+    compute thread. With several kinds, each cell's repeats alternate between them."""
+    import torch
 
     from ray_dspine.engines.embedded.batch import forward_packed
 
-    caches = []
     generator = torch.Generator().manual_seed(0)
+    prefixes = [torch.randint(100, 1000, (1, cached), generator=generator) for _ in range(max(requests))]
+    caches = {}
     with torch.inference_mode():
-        for _ in range(max(requests)):
-            cache = DynamicCache()
-            if cached:
-                prefix = torch.randint(100, 1000, (1, cached), generator=generator)
-                model(input_ids=prefix, past_key_values=cache, use_cache=True, logits_to_keep=1)
-            caches.append(cache)
-        times: dict[tuple[int, int], float] = {}
+        for kind in kinds:
+            caches[kind] = []
+            for prefix in prefixes:
+                cache = make_cache(kind, cached + max(feeds))
+                if cached:
+                    model(input_ids=prefix, past_key_values=cache, use_cache=True, logits_to_keep=1)
+                caches[kind].append(cache)
+        times: dict[tuple[str, int, int], float] = {}
         for n in requests:
             for q in feeds:
                 step = [[5] * q for _ in range(n)]
-                samples = []
+                samples: dict[str, list[float]] = {kind: [] for kind in kinds}
                 for _ in range(repeats + 1):
-                    started = time.perf_counter()
-                    if n == 1:
-                        model(input_ids=torch.tensor(step), past_key_values=caches[0], use_cache=True, logits_to_keep=0)
-                        caches[0].crop(-q)
-                    else:
-                        forward_packed(model, caches[:n], step)
-                    samples.append((time.perf_counter() - started) * 1000)
-                times[n, q] = statistics.median(samples[1:])
-                progress(f"{n} request(s) x {q} token(s) behind {cached} cached: {times[n, q]:.1f} ms")
+                    for kind in kinds:
+                        held = caches[kind][:n]
+                        started = time.perf_counter()
+                        if n == 1:
+                            ids = torch.tensor(step)
+                            model(input_ids=ids, past_key_values=held[0], use_cache=True, logits_to_keep=0)
+                        else:
+                            forward_packed(model, held, step)
+                        for cache in held:
+                            cache.crop(-q)
+                        samples[kind].append((time.perf_counter() - started) * 1000)
+                for kind in kinds:
+                    times[kind, n, q] = statistics.median(samples[kind][1:])
+                    ms = times[kind, n, q]
+                    progress(f"{kind}: {n} request(s) x {q} token(s) behind {cached} cached: {ms:.1f} ms")
     return times
 
 
@@ -91,12 +126,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5, help="timed forwards per (n, q) (default 5)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default 2, one pool on 2 cores)")
     parser.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
+    parser.add_argument(
+        "--cache",
+        default="slab",
+        help="comma-separated KV caches to time, each cell alternating between them: slab (the engine's, "
+        "kv_cache.py) and dynamic (transformers' DynamicCache) (default slab)",
+    )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args(argv)
     requests = sorted({1, *_ints(args.requests, "--requests", parser)})
     feeds = _ints(args.tokens, "--tokens", parser)
     if args.cached < 0 or args.repeats < 1 or args.threads < 1:
         parser.error("--cached must be >= 0; --repeats and --threads must be >= 1")
+    kinds = tuple(dict.fromkeys(k.strip() for k in args.cache.split(",") if k.strip()))
+    if not kinds or any(k not in ("slab", "dynamic") for k in kinds):
+        parser.error("--cache takes slab, dynamic or both, comma-separated")
 
     from ray_dspine.engines.embedded import compute
     from ray_dspine.engines.embedded.config import EmbeddedEngineConfig
@@ -106,11 +150,18 @@ def main(argv: list[str] | None = None) -> int:
         set_threads(args.threads)
         model = load_model(EmbeddedEngineConfig(dtype=args.dtype)).model
         progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-        return time_packed(model, requests, feeds, args.cached, args.repeats, progress)
+        return time_packed(model, requests, feeds, args.cached, args.repeats, progress, kinds)
 
     times = compute.run(study)
     cells = [
-        {"requests": n, "tokens": q, "t_ms": round(times[n, q], 1), "gain": round(batching_gain(times[1, q], times[n, q], n), 2)}
+        {
+            "cache": kind,
+            "requests": n,
+            "tokens": q,
+            "t_ms": round(times[kind, n, q], 1),
+            "gain": round(batching_gain(times[kind, 1, q], times[kind, n, q], n), 2),
+        }
+        for kind in kinds
         for n in requests
         for q in feeds
     ]
@@ -121,15 +172,16 @@ def main(argv: list[str] | None = None) -> int:
         "threads": args.threads,
         "cached_tokens": args.cached,
         "repeats": args.repeats,
+        "caches": list(kinds),
         "cells": cells,
     }
     if args.json:
         print(json.dumps(result, indent=1))
         return 0
     print(f"MEASURED, {args.dtype}, {args.threads} thread(s), {args.cached} cached tokens per request:")
-    print(f"  {'requests':>8} {'tokens each':>11} {'ms/forward':>10} {'gain':>6}")
+    print(f"  {'cache':>7} {'requests':>8} {'tokens each':>11} {'ms/forward':>10} {'gain':>6}")
     for cell in cells:
-        print(f"  {cell['requests']:>8} {cell['tokens']:>11} {cell['t_ms']:>10} {cell['gain']:>6}")
+        print(f"  {cell['cache']:>7} {cell['requests']:>8} {cell['tokens']:>11} {cell['t_ms']:>10} {cell['gain']:>6}")
     return 0
 
 

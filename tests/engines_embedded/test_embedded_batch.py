@@ -8,7 +8,8 @@ from transformers import DynamicCache
 
 from ray_dspine.engines.embedded.batch import forward_packed, install_segment_attention, packed_layout, segment_mask
 from ray_dspine.engines.embedded.config import EmbeddedEngineConfig
-from ray_dspine.engines.embedded.engine import EmbeddedEngine
+from ray_dspine.engines.embedded.engine import EmbeddedEngine, round_groups
+from ray_dspine.engines.embedded.kv_cache import SlabCache
 from ray_dspine.engines.protocol import GenerateRequest
 
 # Different lengths (tokens = characters): 61, 15 and 39 tokens; the first and last repeat themselves,
@@ -58,35 +59,37 @@ def test_segment_attention_outside_a_packed_step_is_sdpa():
         install_segment_attention(eager)
 
 
-def _prefilled(model, ids):
-    cache = DynamicCache()
+def _prefilled(model, ids, cache_class=SlabCache):
+    cache = cache_class()
     with torch.inference_mode():
         model(input_ids=torch.tensor([ids]), past_key_values=cache, use_cache=True)
     return cache
 
 
-def test_packed_forward_matches_each_request_alone(tiny):
+@pytest.mark.parametrize("cache_class", [SlabCache, DynamicCache])
+def test_packed_forward_matches_each_request_alone(tiny, cache_class):
     model = tiny.model
     prompts, feeds = [[1, 2, 3, 4, 5], [7, 8], [9, 10, 11]], [[20], [21, 22, 23], [24, 25]]
-    caches = [_prefilled(model, p) for p in prompts]
+    caches = [_prefilled(model, p, cache_class) for p in prompts]
     with torch.inference_mode():
-        logits, step_cache = forward_packed(model, caches, feeds)
+        logits = forward_packed(model, caches, feeds)
         alone = []
         for prompt, feed in zip(prompts, feeds):
-            cache = _prefilled(model, prompt)
+            cache = _prefilled(model, prompt, cache_class)
             out = model(input_ids=torch.tensor([feed]), past_key_values=cache, use_cache=True)
             alone.append((out.logits[0], cache))
     for rows, (ref_rows, _cache) in zip(logits, alone):
         assert rows.shape == ref_rows.shape
         assert torch.allclose(rows, ref_rows, atol=1e-5)  # same math, reduction order may differ in the last bits
         assert torch.equal(rows.argmax(-1), ref_rows.argmax(-1))
-    assert [c.get_seq_length() for c in caches] == [5, 2, 3]  # the step does not touch the requests' caches
-    # Keep request 1's first two new tokens (offset 1 in the packed row): its cache grows 2 -> 4 and holds
-    # the keys the request alone computed for them.
-    step_cache.append_to(caches[1], 1, 2)
+    # every request's cache grew by all it fed (5 + 1, 2 + 3, 3 + 2), holding the keys it computed alone
+    assert [c.get_seq_length() for c in caches] == [6, 5, 5]
+    for cache, (_rows, ref_cache) in zip(caches, alone):
+        assert torch.allclose(cache.layers[1].keys, ref_cache.layers[1].keys, atol=1e-5)
+    # Request 1 keeps its last token and its first draft: cropping its third new token leaves 2 + 2.
+    caches[1].crop(-1)
     assert caches[1].get_seq_length() == 4
-    ref_keys = alone[1][1].layers[0].keys[:, :, :4]
-    assert torch.allclose(caches[1].layers[0].keys, ref_keys, atol=1e-5)
+    assert torch.allclose(caches[1].layers[0].keys, alone[1][1].layers[0].keys[:, :, :4], atol=1e-5)
 
 
 def _engine(tiny, **overrides):
@@ -208,12 +211,70 @@ def test_prefix_reuse_with_batching(tiny):
 def test_prefill_chunk_packs_beside_a_verify_block(tiny):
     model = tiny.model
     decoding = _prefilled(model, [1, 2, 3, 4])
-    fresh = DynamicCache()  # a request before its first chunk: L = 0
+    fresh = SlabCache()  # a request before its first chunk: L = 0
     with torch.inference_mode():
         # rows: the verify block keeps both of its rows, the 5-token chunk only its last
-        logits, step_cache = forward_packed(model, [decoding, fresh], [[5, 6], [30, 31, 32, 33, 34]], [2, 1])
+        logits = forward_packed(model, [decoding, fresh], [[5, 6], [30, 31, 32, 33, 34]], [2, 1])
         alone = model(input_ids=torch.tensor([[30, 31, 32, 33, 34]]), use_cache=False).logits[0]
     assert [rows.shape[0] for rows in logits] == [2, 1]
     assert torch.allclose(logits[1][0], alone[-1], atol=1e-5)
-    step_cache.append_to(fresh, 2, 5)  # the chunk follows the verify block's 2 tokens in the packed row
-    assert fresh.get_seq_length() == 5 and decoding.get_seq_length() == 4
+    assert fresh.get_seq_length() == 5 and decoding.get_seq_length() == 6  # 4 + the verify block's 2
+
+
+def test_round_groups_by_hand():
+    # running order: chunk a, block b, block c, chunk d, block e (P = still prefilling)
+    names, prefilling = ["a", "b", "c", "d", "e"], [True, False, False, True, False]
+    # mixed, 3 per forward: each forward takes the next chunk first, then blocks in order until full
+    assert round_groups(names, prefilling, 3, mixed=True) == [["a", "b", "c"], ["d", "e"]]
+    # not mixed: chunks alone first, then the blocks in groups of 3
+    assert round_groups(names, prefilling, 3, mixed=False) == [["a"], ["d"], ["b", "c", "e"]]
+    # two chunks never share a forward, even with room
+    assert round_groups(["a", "d"], [True, True], 4, mixed=True) == [["a"], ["d"]]
+    # only blocks: consecutive groups of up to 2
+    assert round_groups(["b", "c", "e"], [False] * 3, 2, mixed=True) == [["b", "c"], ["e"]]
+    # max_batch_requests 1: every request alone, in running order (the exact path)
+    assert round_groups(names, prefilling, 1, mixed=True) == [[n] for n in names]
+
+
+def _spy_forwards(monkeypatch):
+    """Record (feed lengths, logit rows) of every packed forward the engine runs."""
+    import ray_dspine.engines.embedded.engine as engine_module
+
+    calls = []
+
+    def spy(model, caches, feeds, logit_rows=None):
+        calls.append(([len(f) for f in feeds], list(logit_rows) if logit_rows is not None else None))
+        return forward_packed(model, caches, feeds, logit_rows)
+
+    monkeypatch.setattr(engine_module, "forward_packed", spy)
+    return calls
+
+
+def _staggered(tiny, mixed: bool):
+    """Request 0 decodes 40 tokens; requests 1 and 2 arrive once it streams, so their prompts' chunks run
+    while it decodes."""
+
+    async def main():
+        eng = _engine(tiny, max_batch_requests=4, mixed_chunk=mixed)
+        await eng.start()
+        first = eng.generate(GenerateRequest(request_id="m0", prompt=TEXTS[0], max_tokens=40))
+        head = await first.__anext__()
+        rest = asyncio.gather(*(_run(eng, t, f"m{i + 1}", 20) for i, t in enumerate(TEXTS[1:])))
+        text = head.text + "".join([c.text async for c in first])
+        out = [text] + [t for t, _ in await rest]
+        await eng.stop()
+        return out
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("mixed", [True, False])
+def test_prefill_chunk_rides_with_verify_blocks_and_output_is_unchanged(tiny, monkeypatch, mixed):
+    alone = _solo(tiny, TEXTS, [40, 20, 20])
+    calls = _spy_forwards(monkeypatch)
+    assert _staggered(tiny, mixed) == [t for t, _ in alone]
+    # a chunk in a packed forward: a feed of several tokens of which one logits row is kept
+    chunk_forwards = [c for c in calls if any(q > 1 and r == 1 for q, r in zip(*c))]
+    assert bool(chunk_forwards) is mixed
+    # never two chunks in one forward
+    assert all(sum(q > 1 and r == 1 for q, r in zip(*c)) <= 1 for c in calls)

@@ -13,18 +13,19 @@ Q_i = q_1 + ... + q_{i-1}.
 Everything but attention (embeddings, projections, MLPs, norms, the output projection) runs once over
 the whole row, so the weights are read once for all n requests.
 After the forward, request i's logits are its last r_i rows (r_i = q_i for a verify step, 1 for a
-prefill chunk: only those rows go through the output projection), and its own KV cache grows by the
-keys and values of its first new tokens that it keeps (a verify step: its last token and its accepted
-drafts; a prefill chunk: all of it), so every cache stays per request and prefix reuse (kv_blocks.py)
-reads it as before.
+prefill chunk: only those rows go through the output projection), and its own KV cache has grown by
+the keys and values of all q_i of its new tokens, as a step alone grows it; the caller crops what the
+request does not keep (a verify step's rejected drafts), so every cache stays per request and prefix
+reuse (kv_blocks.py) reads it as before.
 Worked example: L = (2, 1), q = (1, 2): T = 3; positions (2, 1, 2); request a's query (row 0) attends
 [a0 a1 a_new]; request b's rows 1 and 2 attend [b0 b_new0 b_new1] with mask [[1 1 0], [1 1 1]].
 Rule `segment` (how): the model's attention implementation is `segment_attention`, installed once per
 model in place of transformers' sdpa (`install_segment_attention`). Called without a packed step it is
-transformers' sdpa, unchanged; called inside `forward_packed` it runs torch's scaled_dot_product_attention
-once per request over (its cache's keys, its new keys), so a step costs sum_i q_i * (L_i + q_i) scores
-instead of T * (L_1 + ... + L_n + T) under one dense mask, and no request's cache is copied beside
-another's.
+transformers' sdpa, unchanged; called inside `forward_packed` it appends each request's new keys and
+values to the request's own cache (`update`, in place on the engine's slab cache, kv_cache.py) and runs
+torch's scaled_dot_product_attention once per request over the keys the cache then holds, so a step
+costs sum_i q_i * (L_i + q_i) scores instead of T * (L_1 + ... + L_n + T) under one dense mask, and no
+request's cache is copied beside another's. The masks are built once per step, not once per layer.
 Floating point: a matrix product over T rows may reduce in a different order than over q_i rows,
 so a request's logits can differ in the last bits from running it alone (config `max_batch_requests`).
 """
@@ -62,32 +63,22 @@ def segment_mask(past_length: int, new_length: int) -> torch.Tensor | None:
 
 
 class PackedStepCache:
-    """The cache a packed step hands the model: the requests' caches, read-only, and the step's new keys.
+    """The cache a packed step hands the model: the requests' own caches, their rows and their masks.
 
-    The model calls `update(keys, values, layer)` once per layer with the new tokens' keys; they are kept
-    (so the caller can hand each request its own slice with `append_to`) and returned as they are:
-    `segment_attention` reads each request's cached keys from its own cache."""
+    The model calls `update(keys, values, layer)` once per layer with the packed row's new keys, which
+    are returned as they are: `segment_attention` appends each request's slice to that request's cache."""
 
     def __init__(self, caches: Sequence[object], spans: Sequence[tuple[int, int]]):
         self.caches = list(caches)
         self.spans = list(spans)
+        self.masks = [segment_mask(cache.get_seq_length(), q) for cache, (_start, q) in zip(self.caches, self.spans)]
         self._length = sum(cache.get_seq_length() for cache in self.caches)
-        self.new: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self._length
 
     def update(self, key_states, value_states, layer_idx, cache_kwargs=None):
-        self.new[layer_idx] = (key_states, value_states)
         return key_states, value_states
-
-    def append_to(self, cache, start: int, count: int) -> None:
-        """Append new tokens [start, start + count) of the packed row to one request's own cache."""
-        if count <= 0:
-            return
-        for layer_idx in sorted(self.new):
-            keys, values = self.new[layer_idx]
-            cache.update(keys[:, :, start : start + count], values[:, :, start : start + count], layer_idx)
 
 
 def segment_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
@@ -98,19 +89,14 @@ def segment_attention(module, query, key, value, attention_mask, dropout=0.0, sc
     layer = module.layer_idx
     gqa = getattr(module, "num_key_value_groups", 1) > 1
     outputs = []
-    for cache, (start, q) in zip(step.caches, step.spans):
-        new_keys, new_values = key[:, :, start : start + q], value[:, :, start : start + q]
-        past = cache.get_seq_length()
-        if past:
-            held = cache.layers[layer]
-            new_keys = torch.cat([held.keys, new_keys], dim=2)
-            new_values = torch.cat([held.values, new_values], dim=2)
+    for cache, (start, q), mask in zip(step.caches, step.spans, step.masks):
+        keys, values = cache.update(key[:, :, start : start + q], value[:, :, start : start + q], layer)
         outputs.append(
             torch.nn.functional.scaled_dot_product_attention(
                 query[:, :, start : start + q],
-                new_keys,
-                new_values,
-                attn_mask=segment_mask(past, q),
+                keys,
+                values,
+                attn_mask=mask,
                 scale=scaling,
                 enable_gqa=gqa,
             )
@@ -139,12 +125,11 @@ def install_segment_attention(model) -> None:
 
 def forward_packed(
     model, caches: Sequence[object], feeds: Sequence[list[int]], logit_rows: Sequence[int] | None = None
-) -> tuple[list[torch.Tensor], PackedStepCache]:
+) -> list[torch.Tensor]:
     """One forward of every request's `feeds[i]` behind its cache `caches[i]` (rule above).
 
-    Returns each request's logits (its last `logit_rows[i]` rows, all q_i by default) and the step cache
-    holding the new keys; the caller appends each request's kept tokens with `append_to` (its own caches
-    are not modified here)."""
+    Returns each request's logits (its last `logit_rows[i]` rows, all q_i by default); each request's
+    cache has grown by its q_i new tokens, and the caller crops what a request does not keep."""
     install_segment_attention(model)
     past_lengths = [cache.get_seq_length() for cache in caches]
     new_lengths = [len(feed) for feed in feeds]
@@ -170,4 +155,4 @@ def forward_packed(
     for r in rows:
         logits.append(out.logits[0, start : start + r])
         start += r
-    return logits, step_cache
+    return logits

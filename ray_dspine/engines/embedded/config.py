@@ -103,6 +103,11 @@ class EmbeddedEngineConfig(BaseModel):
         "alone (floating-point reduction order; the bench counts them). 1: every step runs alone, requests "
         "interleaved, and greedy output is exactly that of each request alone.",
     )
+    mixed_chunk: bool = Field(
+        default=True,
+        description="Let a prefill chunk share its forward with decoding requests' verify steps (engine.py round "
+        "rule; SGLang's --enable-mixed-chunk). Only with max_batch_requests >= 2.",
+    )
     max_queued_requests: int = Field(default=32, ge=0, description="Requests waiting for memory before 429.")
     num_threads: int | None = Field(
         default=None,

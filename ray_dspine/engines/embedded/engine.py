@@ -1,18 +1,21 @@
 """The embedded engine: one worker thread decodes admitted requests in rounds, verify steps batched.
 
-Round rule. The worker repeats rounds over the running requests (admission order). A round first
-runs one prefill chunk (PREFILL_CHUNK_TOKENS) of every request still prefilling, each alone, in
-order; then one verify step of every request that was decoding when the round began, in groups of
-up to `max_batch_requests` consecutive requests. A group of one runs its step alone; a larger group
-runs one packed forward (batch.py: the group's verify blocks [last, d1..dk] in one row, no padding,
-a mask that keeps every request to its own KV and its own earlier new tokens, position ids
-continuing each request's own length). A step alone, and every step when `max_batch_requests` is 1,
-is exactly what the request running by itself does, so greedy output at `max_batch_requests = 1`
-is byte-identical to decoding each request alone (the interleaving the engine had before batching).
-Prefill chunks alternate with the batched verify steps instead of sharing their forward: a chunk alone
-keeps a prompt's KV, hence the prefix-cache blocks, bit for bit independent of who else was running,
-and a 512-token chunk is bound by arithmetic, not by reading the weights, so the verify steps riding
-along would save only their own weight reads (a few per cent of the chunk's time).
+Round rule. The worker repeats rounds over the running requests (admission order). In a round every
+running request advances once: a request still prefilling by one prefill chunk (PREFILL_CHUNK_TOKENS),
+a decoding one by one verify step. `round_groups` splits the round into forwards of at most
+`max_batch_requests` requests: each forward takes the first prefill chunk not yet taken (if any) and
+then decoding requests in order until it is full, so a forward never carries two chunks; with
+`mixed_chunk` off, chunks never share a forward (each runs alone, before the decoding groups). A group
+of one runs alone; a larger group runs one packed forward (batch.py: the chunk and the verify blocks
+[last, d1..dk] in one row, no padding, a mask that keeps every request to its own KV and its own
+earlier new tokens, position ids continuing each request's own length). A step alone, and every step
+when `max_batch_requests` is 1, is exactly what the request running by itself does, so greedy output
+at `max_batch_requests = 1` is byte-identical to decoding each request alone.
+Why chunks ride with verify blocks (`mixed_chunk`, SGLang's `--enable-mixed-chunk`): a chunk's forward is
+bound by arithmetic, and the verify blocks riding along add a few rows to it instead of a forward of
+their own that reads every weight again; the decoding requests do not wait a chunk's time for their
+next token. The cost: a chunk's KV (hence its prefix-cache blocks) may differ in the last bits from a
+chunk run alone, as batched verify steps' KV already does.
 Within a group each request accepts its own longest matching draft prefix (speculative.py) from its
 own logits rows, and its KV grows by its last token and its accepted drafts only. A failed batched
 forward ends every request of its group with an error (their KV is not cached); a request that
@@ -36,8 +39,10 @@ KV is not cached. `usage.cached_prompt_tokens` is the hit.
 Adaptive drafting (draft_policy.py): each decode step is timed with the injected clock; those times
 give the step cost per draft length, one table per batch size n (a step alone: c(k) over its k draft
 tokens; a batched step of n verifying requests: c_n(k_tot) over the step's total draft tokens, rule
-`batch`), and each request's acceptance, kept per match length of its proposals and started from the
-engine's pooled counts for that length (rules `match`, `prior`), gives its k*.
+`batch`; a forward carrying a prefill chunk is timed into no table, and its m decoding requests choose
+from c_m, or c for m = 1: a chunk riding along only makes drafts cheaper), and each request's
+acceptance, kept per match length of its proposals and started from the engine's pooled counts for
+that length (rules `match`, `prior`), gives its k*.
 """
 
 from __future__ import annotations
@@ -58,12 +63,41 @@ from .draft_policy import MatchedAcceptance, StepCosts
 from .kv_blocks import block_payload, cache_from_blocks
 from .model import LoadedModel, load_model, resolve_num_threads, set_threads
 from .prompt import render_prompt
-from .sequence import Sequence, choose_draft, emit_verified, finish_verify, propose, run_step
+from .sequence import (
+    Sequence,
+    after_prefill,
+    choose_draft,
+    drop_rejected,
+    emit_verified,
+    ensure_cache,
+    finish_verify,
+    propose,
+    run_step,
+)
 from .sequence_setup import make_sequence
 
 log = logging.getLogger(__name__)
 
 PREFILL_CHUNK_TOKENS = 512
+
+
+def round_groups(requests: list, prefilling: list[bool], size: int, mixed: bool) -> list[list]:
+    """A round's forwards, in order (round rule): `requests` in running order, `prefilling[i]` whether
+    request i still prefills; at most `size` requests and one prefill chunk per forward."""
+    if size <= 1:
+        return [[request] for request in requests]
+    chunks = [r for r, p in zip(requests, prefilling) if p]
+    blocks = [r for r, p in zip(requests, prefilling) if not p]
+    groups = []
+    if not mixed:
+        groups.extend([chunk] for chunk in chunks)
+        chunks = []
+    while chunks or blocks:
+        group = [chunks.pop(0)] if chunks else []
+        while blocks and len(group) < size:
+            group.append(blocks.pop(0))
+        groups.append(group)
+    return groups
 
 
 class EmbeddedEngine:
@@ -214,7 +248,8 @@ class EmbeddedEngine:
         for request_id in request_ids:
             holding, sequence = self._admission.holding(request_id), self._sequences[request_id]
             if holding.path:
-                sequence.cache = compute.run(cache_from_blocks, [block.payload for block in holding.path])
+                payloads = [block.payload for block in holding.path]
+                sequence.cache = compute.run(cache_from_blocks, payloads, sequence.kv_capacity())
                 sequence.prefilled = sequence.cached_tokens = holding.hit_tokens
             self._running.append(request_id)
 
@@ -261,21 +296,13 @@ class EmbeddedEngine:
                 if self._stopping:
                     return
                 batch = [(rid, self._sequences[rid]) for rid in self._running]
-            size = self.config.max_batch_requests
-            if size <= 1:  # every step alone, interleaved: the exact path
-                for request_id, sequence in batch:
-                    self._step(request_id, sequence)
-                continue
-            decoding = [(rid, seq) for rid, seq in batch if seq.prefilled >= len(seq.prompt_ids)]
-            for request_id, sequence in batch:
-                if sequence.prefilled < len(sequence.prompt_ids):
-                    self._step(request_id, sequence)
-            for first in range(0, len(decoding), size):
-                group = [(rid, seq) for rid, seq in decoding[first : first + size] if rid not in self._cancelled]
+            prefilling = [seq.prefilled < len(seq.prompt_ids) for _rid, seq in batch]
+            for group in round_groups(batch, prefilling, self.config.max_batch_requests, self.config.mixed_chunk):
+                group = [(rid, seq) for rid, seq in group if rid not in self._cancelled]
                 if len(group) == 1:
                     self._step(*group[0])
                 elif group:
-                    self._step_batch(group)
+                    self._step_group(group)
 
     def _step(self, request_id: str, sequence: Sequence) -> None:
         if request_id in self._cancelled:
@@ -344,31 +371,56 @@ class EmbeddedEngine:
                 rest_tokens += len(draft) + 1
         return drafts
 
-    def _step_batch(self, group: list[tuple[str, Sequence]]) -> None:
-        """One verify step of every request in `group` (all decoding) through one packed forward."""
+    def _step_group(self, group: list[tuple[str, Sequence]]) -> None:
+        """One packed forward (batch.py) of every request in `group`: at most one prefill chunk (its last
+        row's logits kept) and the verify blocks of the decoding ones (round rule)."""
         import torch
 
         drafter_on = self._drafter_enabled
         sequences = [seq for _rid, seq in group]
-        costs = self._costs_for(len(group))
+        chunks = [
+            seq.prompt_ids[seq.prefilled : seq.prefilled + PREFILL_CHUNK_TOKENS] if seq.prefilled < len(seq.prompt_ids)
+            else None
+            for seq in sequences
+        ]
+        decoding = [seq for seq, chunk in zip(sequences, chunks) if chunk is None]
+        # the drafts' costs: the table of the decoding requests' batch size; a chunk riding along makes drafts
+        # cheaper, so this can only understate them, and a mixed forward's seconds go in no table
+        costs = self._costs_for(len(decoding)) if len(decoding) >= 2 else self._step_costs
         started = self._clock()
 
-        def verify() -> tuple[list[list[int]], list]:
+        def forward() -> list:
             with torch.inference_mode():
-                proposals = [propose(seq, drafter_on) for seq in sequences]
-                drafts = self._choose_drafts(sequences, proposals, costs, started)
-                feeds = [[seq.last_token] + draft for seq, draft in zip(sequences, drafts)]
-                logits, step_cache = forward_packed(self._loaded.model, [seq.cache for seq in sequences], feeds)
-                outs, offset = [], 0
-                for seq, proposal, draft, rows in zip(sequences, proposals, drafts, logits):
-                    emitted = finish_verify(seq, rows, proposal, draft)
-                    step_cache.append_to(seq.cache, offset, len(emitted))  # last + accepted drafts
-                    offset += len(draft) + 1
+                proposals = [propose(seq, drafter_on) for seq in decoding]
+                drafts = iter(self._choose_drafts(decoding, proposals, costs, started))
+                proposals = iter(proposals)
+                feeds, rows, plan = [], [], []
+                for seq, chunk in zip(sequences, chunks):
+                    ensure_cache(seq)
+                    if chunk is not None:
+                        feeds.append(chunk)
+                        rows.append(1)
+                        plan.append(None)
+                    else:
+                        draft = next(drafts)
+                        feeds.append([seq.last_token] + draft)
+                        rows.append(len(draft) + 1)
+                        plan.append((next(proposals), draft))
+                logits = forward_packed(self._loaded.model, [seq.cache for seq in sequences], feeds, rows)
+                outs = []
+                for seq, chunk, step, seq_logits in zip(sequences, chunks, plan, logits):
+                    if step is None:
+                        seq.prefilled += len(chunk)
+                        outs.append(after_prefill(seq, seq_logits))
+                        continue
+                    proposal, draft = step
+                    emitted = finish_verify(seq, seq_logits, proposal, draft)
+                    drop_rejected(seq, draft, emitted)  # the cache keeps last + accepted drafts
                     outs.append(emit_verified(seq, emitted, draft))
-            return drafts, outs
+            return outs
 
         try:
-            drafts, outs = compute.run(verify)
+            outs = compute.run(forward)
         except Exception as exc:  # a failed step ends the group's requests, never the worker
             log.exception("batched step failed for %d requests", len(group))
             with self._wake:
@@ -379,19 +431,21 @@ class EmbeddedEngine:
                     self._finish(request_id, cache_kv=False)
             return
         ended = self._clock()
-        costs.record(sum(len(draft) for draft in drafts), ended - started, ended)
+        if len(decoding) == len(group):
+            costs.record(sum(max(out.num_drafted, 0) for out in outs), ended - started, ended)
         alpha = self.config.accept_ema_alpha
-        for seq, out in zip(sequences, outs):
-            if out.num_tokens and drafter_on and seq.drafter is not None:
-                self._accept_ema = (1 - alpha) * self._accept_ema + alpha * out.num_tokens
         with self._wake:
-            for (request_id, seq), out in zip(group, outs):
+            for (request_id, seq), chunk, out in zip(group, chunks, outs):
+                if chunk is not None:  # the rate counts the whole forward's seconds: what the chunk cost here
+                    self._record_prefill(request_id, seq, len(chunk), ended - started)
+                elif out.num_tokens and drafter_on and seq.drafter is not None:
+                    self._accept_ema = (1 - alpha) * self._accept_ema + alpha * out.num_tokens
                 if out.num_tokens == 0 and out.finish_reason is None:
                     continue
-                chunk = Chunk(text=out.text, num_tokens=out.num_tokens, finish_reason=out.finish_reason)
+                chunk_out = Chunk(text=out.text, num_tokens=out.num_tokens, finish_reason=out.finish_reason)
                 if out.finish_reason is not None:
-                    chunk.usage = seq.usage()
-                self._send(request_id, chunk)
+                    chunk_out.usage = seq.usage()
+                self._send(request_id, chunk_out)
                 if out.finish_reason is not None:
                     self._finish(request_id)
 

@@ -8,7 +8,8 @@ tokens `speculative.accept_*` returns, cut at the first EOS and at max_tokens. T
 shortened so a step never overshoots max_tokens: k <= remaining - 1.
 The KV cache holds every token but `last`; rejected draft tokens are cropped right after the step.
 `run_step` is a step alone; a batched step (engine.py, batch.py) runs the same pieces around one
-packed forward: `propose`, `choose_draft`, `finish_verify`, `emit_verified`, `after_prefill`.
+packed forward: `propose`, `choose_draft`, `finish_verify`, `drop_rejected`, `emit_verified`,
+`after_prefill`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ..protocol import Usage
 from .detokenizer import IncrementalDetokenizer
 from .draft_policy import AcceptanceTracker, MatchedAcceptance, StepCosts, choose_draft_length, prior_costs
 from .drafter import NgramDrafter
+from .kv_cache import SlabCache
 from .speculative import accept_greedy, accept_sampled, target_probs
 
 
@@ -80,6 +82,11 @@ class Sequence:
     def tracker(self) -> AcceptanceTracker | None:
         """The acceptance counts for the latest proposal's match length (draft_policy.py rule `match`)."""
         return None if self.acceptance is None else self.acceptance.of(self.match_length)
+
+    def kv_capacity(self) -> int:
+        """Positions the request's KV may hold at most: its prompt, max_tokens and one verify block (the
+        reservation its admission counts; kv_cache.py starts the cache with this room)."""
+        return len(self.prompt_ids) + self.max_tokens + self.histogram_size
 
     def kv_tokens(self) -> list[int]:
         """The tokens whose KV the cache holds, in order (every token fed so far but `last`)."""
@@ -179,10 +186,7 @@ def run_step(
     is cut to draft_policy's k* for the request's acceptance and the measured step costs `costs` (an
     exploration length instead, when `costs.explore` says so at clock `now`), or the prior costs
     c(k) = 1 + r * k for r = `seq.fixed_cost_ratio` (or 0 without `costs`)."""
-    if seq.cache is None:
-        from transformers import DynamicCache
-
-        seq.cache = DynamicCache()
+    ensure_cache(seq)
     if seq.prefilled < len(seq.prompt_ids):
         chunk = seq.prompt_ids[seq.prefilled : seq.prefilled + prefill_chunk_tokens]
         logits = _forward(model, chunk, seq.cache, keep_all=False)
@@ -193,10 +197,21 @@ def run_step(
     draft = choose_draft(seq, proposal, costs, now)
     logits = _forward(model, [seq.last_token] + draft, seq.cache, keep_all=True)
     emitted = finish_verify(seq, logits, proposal, draft)
+    drop_rejected(seq, draft, emitted)
+    return emit_verified(seq, emitted, draft)
+
+
+def drop_rejected(seq: Sequence, draft: list[int], emitted: list[int]) -> None:
+    """Crop the verify block's rejected drafts from the cache: it keeps `last` and the accepted ones."""
     rejected = len(draft) - (len(emitted) - 1)
     if rejected:
         seq.cache.crop(-rejected)  # transformers 5.x: a negative count of tokens to drop
-    return emit_verified(seq, emitted, draft)
+
+
+def ensure_cache(seq: Sequence) -> None:
+    """Give a request that has none its KV cache, with room for its reservation (kv_cache.py)."""
+    if seq.cache is None:
+        seq.cache = SlabCache(seq.kv_capacity())
 
 
 def _emit(seq: Sequence, tokens: list[int]) -> StepOutput:

@@ -28,9 +28,29 @@ def test_rule_every_cell_is_timed_once_warm():
     model = tiny_model()
     seen = []
     times = time_packed(model, [1, 3], [1, 4], cached=20, repeats=2, progress=seen.append)
-    assert sorted(times) == [(1, 1), (1, 4), (3, 1), (3, 4)]
+    assert sorted(times) == [("slab", 1, 1), ("slab", 1, 4), ("slab", 3, 1), ("slab", 3, 4)]
     assert all(t > 0 for t in times.values())
-    assert len(seen) == 4 and seen[0].startswith("1 request(s) x 1 token(s) behind 20 cached")
+    assert len(seen) == 4 and seen[0].startswith("slab: 1 request(s) x 1 token(s) behind 20 cached")
+
+
+def test_rule_caches_each_kind_times_every_cell_and_leaves_the_caches_as_filled(monkeypatch):
+    import dspine_lab.engines.packed_cost as study
+
+    model, made = tiny_model(), []
+    real = study.make_cache
+
+    def spy(kind, capacity):
+        made.append(real(kind, capacity))
+        return made[-1]
+
+    monkeypatch.setattr(study, "make_cache", spy)
+    times = time_packed(model, [1, 2], [3], cached=10, repeats=1, progress=lambda _m: None, kinds=("slab", "dynamic"))
+    assert sorted(times) == [("dynamic", 1, 3), ("dynamic", 2, 3), ("slab", 1, 3), ("slab", 2, 3)]
+    # two requests per kind, each back at its 10 cached tokens after every forward was cropped
+    assert [type(c).__name__ for c in made] == ["SlabCache", "SlabCache", "DynamicCache", "DynamicCache"]
+    assert [c.get_seq_length() for c in made] == [10, 10, 10, 10]
+    with pytest.raises(ValueError, match="slab or dynamic"):
+        study.make_cache("paged", 8)
 
 
 @pytest.mark.parametrize(
@@ -40,6 +60,7 @@ def test_rule_every_cell_is_timed_once_warm():
         (["--tokens", "0"], "--tokens needs one or more integers >= 1"),
         (["--cached", "-1"], "--cached must be >= 0"),
         (["--repeats", "0"], "--repeats and --threads must be >= 1"),
+        (["--cache", "paged"], "--cache takes slab, dynamic or both"),
     ],
 )
 def test_bad_flags_exit_2_naming_the_flag(argv, message, capsys):
