@@ -62,3 +62,51 @@ def test_batched_table_is_per_batch_size():
     assert engine._costs_for(3) is engine._costs_for(3)
     assert engine._costs_for(3) is not engine._costs_for(2)
     assert len(engine._costs_for(4).seconds) == 7  # K = 4 * 8 = 32: buckets {0} .. {17..32}
+
+
+def _measured(seconds_by_bucket):
+    from ray_dspine.engines.embedded.draft_policy import StepCosts
+
+    costs = StepCosts(weight=1.0, prior_ratio=0.1, max_k=8, explore_interval_s=1e9)
+    for k, seconds in seconds_by_bucket:
+        costs.record(k, seconds, now=0.0)
+    costs.explored_at = 0.0  # no exploration in these steps
+    return costs
+
+
+def test_rule_grow_doubles_after_a_draft_accepted_whole():
+    from ray_dspine.engines.embedded.sequence import choose_draft, finish_verify
+
+    # buckets 0, 1, 2 cost 1, {3, 4} cost 2, {5..8} cost 4; a request with alpha = 0.85 at every position
+    # (position 1 counts, later ones back off to it): E(2) = 2.5725, / c(2) = 1 -> 2.57; E(4) = 3.7086 / 2 ->
+    # 1.86: k* = 2
+    costs = _measured([(0, 1.0), (1, 1.0), (2, 1.0), (4, 2.0), (8, 4.0)])
+    seq = _seq(8, 9, 8)
+    seq.acceptance = MatchedAcceptance(history_decay=1.0, max_draft=8)
+    seq.tracker().accepted, seq.tracker().trials = [8.0] + [0.0] * 7, [9.0] + [0.0] * 7
+    proposal = [10, 11, 12, 13, 14, 15, 16, 17]
+    assert choose_draft(seq, proposal, costs, now=1.0) == [10, 11]  # k* = 2, growing is off
+    seq.grow = True
+    assert choose_draft(seq, proposal, costs, now=1.0) == [10, 11]  # nothing accepted whole yet
+    # a step drafting [10, 11] whose logits accept both (rows argmax 10, 11, then the bonus 12)
+    import torch
+
+    logits = torch.zeros(3, 20)
+    logits[0, 10] = logits[1, 11] = logits[2, 12] = 1.0
+    seq.acceptance = None  # keep the counts as set: this step only records what was accepted whole
+    assert finish_verify(seq, logits, proposal, [10, 11]) == [10, 11, 12]
+    assert seq.accepted_whole == (0, 2)  # (match length, k)
+    seq.acceptance = MatchedAcceptance(history_decay=1.0, max_draft=8)
+    seq.tracker().accepted, seq.tracker().trials = [8.0] + [0.0] * 7, [9.0] + [0.0] * 7
+    # same match length: at least min(2 * 2, 8) = 4
+    assert choose_draft(seq, proposal, costs, now=1.0) == [10, 11, 12, 13]
+    assert choose_draft(seq, proposal[:3], costs, now=1.0) == [10, 11, 12]  # capped by the proposal
+    seq.match_length = 3  # a proposal after another match length: k* again
+    assert choose_draft(seq, proposal, costs, now=1.0) == [10, 11]
+    # a step that rejects part of its draft clears it
+    seq.match_length = 0
+    logits = torch.zeros(3, 20)
+    logits[0, 10] = logits[1, 19] = 1.0
+    seq.acceptance = None
+    assert finish_verify(seq, logits, proposal, [10, 11]) == [10, 19]
+    assert seq.accepted_whole is None

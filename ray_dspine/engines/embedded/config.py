@@ -65,6 +65,12 @@ class EmbeddedEngineConfig(BaseModel):
         "c(k) = 1 + ratio * k used before steps are measured, to scale measured costs to unmeasured longer drafts, "
         "and for seeded sampled requests (draft_policy.py).",
     )
+    draft_grow_on_full_accept: bool = Field(
+        default=True,
+        description="After a draft accepted whole, a request's next proposal after a match of the same length "
+        "drafts at least twice as many tokens (draft_policy.py rule `grow`; chosen on prompts bench engine does "
+        "not report, docs/results/embedded-engine.md); false: the choice k* alone.",
+    )
     draft_explore_interval_s: float = Field(
         default=5.0,
         gt=0,

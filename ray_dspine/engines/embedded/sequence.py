@@ -48,6 +48,8 @@ class Sequence:
     histogram_size: int
     acceptance: MatchedAcceptance | None = None  # set: adaptive draft length (draft_policy.py)
     fixed_cost_ratio: float | None = None  # set: prior costs, this r (seeded sampling stays reproducible)
+    grow: bool = False  # draft_policy.py rule `grow`
+    accepted_whole: tuple[int, int] | None = None  # (match length, k) of the last draft accepted whole
     cache: object = None
     prefilled: int = 0
     cached_tokens: int = 0  # prompt tokens the prefix cache covered (not prefilled)
@@ -139,9 +141,10 @@ def choose_draft(
 ) -> list[int]:
     """The draft to verify: the whole proposal without `seq.acceptance`; else cut to draft_policy's k*
     (rule `choice`; in a batched step the other requests are worth `rest_tokens` expected tokens and
-    `rest_draft` draft tokens, 0 and 0 alone, and `costs` is the table of the step's batch size), or to
-    an exploration length when `may_explore` and `costs.explore` says so. A seeded sampled request
-    always uses the prior costs of a step alone, so its draws stay reproducible."""
+    `rest_draft` draft tokens, 0 and 0 alone, and `costs` is the table of the step's batch size), raised
+    to rule `grow`'s doubled draft after a draft accepted whole when `seq.grow`, or to an exploration
+    length when `may_explore` and `costs.explore` says so. A seeded sampled request always uses the
+    prior costs of a step alone, so its draws stay reproducible."""
     if seq.acceptance is None or not proposal:
         return proposal
     values = seq.tracker().values(len(proposal))
@@ -151,13 +154,17 @@ def choose_draft(
         k = costs.explore(len(proposal), now)
         if k is not None:
             return proposal[:k]
-    return proposal[: choose_draft_length(values, costs.costs(rest_draft + len(proposal)), rest_tokens, rest_draft)]
+    k = choose_draft_length(values, costs.costs(rest_draft + len(proposal)), rest_tokens, rest_draft)
+    if seq.grow and seq.accepted_whole is not None and seq.accepted_whole[0] == seq.match_length:
+        k = max(k, min(2 * seq.accepted_whole[1], len(proposal)))
+    return proposal[:k]
 
 
 def finish_verify(seq: Sequence, logits: torch.Tensor, proposal: list[int], draft: list[int]) -> list[int]:
     """Accept from a verify step's logits (rows for last, d1..dk); updates the acceptance counts."""
     emitted = _choose(seq, logits, draft)
     accepted = len(emitted) - 1
+    seq.accepted_whole = (seq.match_length, len(draft)) if draft and accepted == len(draft) else None
     tracker = seq.tracker()
     if tracker is not None:
         if draft:

@@ -82,5 +82,6 @@ def make_sequence(
         if config.adaptive_draft
         else None,
         fixed_cost_ratio=config.draft_cost_ratio_prior if seeded else None,
+        grow=config.draft_grow_on_full_accept and not seeded,
         path="speculative" if drafter_enabled else "autoregressive",
     )
