@@ -71,6 +71,7 @@ from .sequence import (
     emit_verified,
     ensure_cache,
     finish_verify,
+    next_chunk,
     propose,
     run_step,
 )
@@ -296,7 +297,7 @@ class EmbeddedEngine:
                 if self._stopping:
                     return
                 batch = [(rid, self._sequences[rid]) for rid in self._running]
-            prefilling = [seq.prefilled < len(seq.prompt_ids) for _rid, seq in batch]
+            prefilling = [seq.prefilling for _rid, seq in batch]
             for group in round_groups(batch, prefilling, self.config.max_batch_requests, self.config.mixed_chunk):
                 group = [(rid, seq) for rid, seq in group if rid not in self._cancelled]
                 if len(group) == 1:
@@ -309,7 +310,7 @@ class EmbeddedEngine:
             return
         drafter_on = self._drafter_enabled
         try:
-            prefilling, before, started = sequence.prefilled < len(sequence.prompt_ids), sequence.prefilled, self._clock()
+            prefilling, before, started = sequence.prefilling, sequence.prefilled, self._clock()
             out = compute.run(
                 run_step, sequence, self._loaded.model, PREFILL_CHUNK_TOKENS, drafter_on, self._step_costs, started
             )
@@ -378,11 +379,7 @@ class EmbeddedEngine:
 
         drafter_on = self._drafter_enabled
         sequences = [seq for _rid, seq in group]
-        chunks = [
-            seq.prompt_ids[seq.prefilled : seq.prefilled + PREFILL_CHUNK_TOKENS] if seq.prefilled < len(seq.prompt_ids)
-            else None
-            for seq in sequences
-        ]
+        chunks = [next_chunk(seq, PREFILL_CHUNK_TOKENS) for seq in sequences]
         decoding = [seq for seq, chunk in zip(sequences, chunks) if chunk is None]
         # the drafts' costs: the table of the decoding requests' batch size; a chunk riding along makes drafts
         # cheaper, so this can only understate them, and a mixed forward's seconds go in no table
@@ -392,26 +389,19 @@ class EmbeddedEngine:
         def forward() -> list:
             with torch.inference_mode():
                 proposals = [propose(seq, drafter_on) for seq in decoding]
-                drafts = iter(self._choose_drafts(decoding, proposals, costs, started))
-                proposals = iter(proposals)
+                verifies = iter(zip(proposals, self._choose_drafts(decoding, proposals, costs, started)))
                 feeds, rows, plan = [], [], []
                 for seq, chunk in zip(sequences, chunks):
                     ensure_cache(seq)
-                    if chunk is not None:
-                        feeds.append(chunk)
-                        rows.append(1)
-                        plan.append(None)
-                    else:
-                        draft = next(drafts)
-                        feeds.append([seq.last_token] + draft)
-                        rows.append(len(draft) + 1)
-                        plan.append((next(proposals), draft))
+                    step = None if chunk is not None else next(verifies)  # (proposal, draft)
+                    feeds.append(chunk if step is None else [seq.last_token] + step[1])
+                    rows.append(1 if step is None else len(step[1]) + 1)
+                    plan.append(step)
                 logits = forward_packed(self._loaded.model, [seq.cache for seq in sequences], feeds, rows)
                 outs = []
                 for seq, chunk, step, seq_logits in zip(sequences, chunks, plan, logits):
                     if step is None:
-                        seq.prefilled += len(chunk)
-                        outs.append(after_prefill(seq, seq_logits))
+                        outs.append(after_prefill(seq, chunk, seq_logits))
                         continue
                     proposal, draft = step
                     emitted = finish_verify(seq, seq_logits, proposal, draft)
@@ -452,7 +442,7 @@ class EmbeddedEngine:
     def _record_prefill(self, request_id: str, sequence: Sequence, num_tokens: int, seconds: float) -> None:
         """After a prefill chunk (lock held): cache the prompt's blocks once it is whole; measure the rate
         as an EMA of chunk tokens / chunk seconds (weight accept_ema_alpha)."""
-        if sequence.prefilled >= len(sequence.prompt_ids):
+        if not sequence.prefilling:
             self._cache_kv(request_id, sequence.prompt_ids)
         if seconds > 0 and num_tokens > 0:
             rate, alpha = num_tokens / seconds, self.config.accept_ema_alpha

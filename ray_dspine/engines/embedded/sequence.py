@@ -9,7 +9,7 @@ shortened so a step never overshoots max_tokens: k <= remaining - 1.
 The KV cache holds every token but `last`; rejected draft tokens are cropped right after the step.
 `run_step` is a step alone; a batched step (engine.py, batch.py) runs the same pieces around one
 packed forward: `propose`, `choose_draft`, `finish_verify`, `drop_rejected`, `emit_verified`,
-`after_prefill`.
+`next_chunk`, `after_prefill`.
 """
 
 from __future__ import annotations
@@ -65,6 +65,10 @@ class Sequence:
         self.accept_histogram = [0] * self.histogram_size
 
     @property
+    def prefilling(self) -> bool:
+        return self.prefilled < len(self.prompt_ids)
+
+    @property
     def remaining(self) -> int:
         return self.max_tokens - len(self.output_ids)
 
@@ -108,10 +112,16 @@ def _choose(seq: Sequence, logits: torch.Tensor, draft: list[int]) -> list[int]:
     return accept_sampled(logits, draft, seq.temperature, seq.top_p, seq.generator)
 
 
-def after_prefill(seq: Sequence, logits: torch.Tensor) -> StepOutput:
-    """After a prefill chunk (`seq.prefilled` already advanced): nothing yet, or once the prompt is whole
-    the first token from the chunk's last logits row."""
-    if seq.prefilled < len(seq.prompt_ids):
+def next_chunk(seq: Sequence, chunk_tokens: int) -> list[int] | None:
+    """The prompt tokens the request's next prefill chunk feeds; None once it decodes."""
+    return seq.prompt_ids[seq.prefilled : seq.prefilled + chunk_tokens] if seq.prefilling else None
+
+
+def after_prefill(seq: Sequence, chunk: list[int], logits: torch.Tensor) -> StepOutput:
+    """After a forward fed `chunk`: advance `seq.prefilled`; nothing yet, or once the prompt is whole the
+    first token from the chunk's last logits row."""
+    seq.prefilled += len(chunk)
+    if seq.prefilling:
         return StepOutput("", 0, None)
     if seq.temperature == 0.0:
         first = int(logits[-1].argmax().item())
@@ -194,11 +204,9 @@ def run_step(
     exploration length instead, when `costs.explore` says so at clock `now`), or the prior costs
     c(k) = 1 + r * k for r = `seq.fixed_cost_ratio` (or 0 without `costs`)."""
     ensure_cache(seq)
-    if seq.prefilled < len(seq.prompt_ids):
-        chunk = seq.prompt_ids[seq.prefilled : seq.prefilled + prefill_chunk_tokens]
-        logits = _forward(model, chunk, seq.cache, keep_all=False)
-        seq.prefilled += len(chunk)
-        return after_prefill(seq, logits)
+    chunk = next_chunk(seq, prefill_chunk_tokens)
+    if chunk is not None:
+        return after_prefill(seq, chunk, _forward(model, chunk, seq.cache, keep_all=False))
 
     proposal = propose(seq, drafter_enabled)
     draft = choose_draft(seq, proposal, costs, now)
