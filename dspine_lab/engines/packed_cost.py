@@ -17,14 +17,16 @@ Rules (times in ms; every request holds L cached tokens):
   gain(n, q) = n * t(1, q) / t(n, q): the tokens/s of n requests stepping together over one request
                stepping alone at the same q, which is the most batching can multiply throughput by
                when every step feeds q tokens (equal acceptance on both sides).
-  caches     = every cell is timed on each cache kind asked for (`--cache`): the engine's slab cache, and
-               transformers' DynamicCache (which copies every held position at every step), the repeats
-               of a cell alternating between them so machine noise hits both alike; a kind's gain uses
+  variants   = every cell is timed on each cache kind asked for (`--cache`): the engine's slab cache, and
+               transformers' DynamicCache (which copies every held position at every step), and with each
+               weights layout asked for (`--weights`, bf16 only): the model's own linear layers (plain), and
+               the engine's weights packed once for oneDNN (packed_weights.py); the repeats of a cell
+               alternate between the variants so machine noise hits them alike; a variant's gain uses
                its own t(1, q).
 Parameters: every n >= 1 (n = 1 is always timed, as the reference), every q >= 1, L >= 0, R >= 1,
 threads >= 1.
-Complexity: O(kinds * sum over (n, q) of R * n * (q + L)) forward work; one cache of L tokens per request
-and kind, filled once.
+Complexity: O(variants * sum over (n, q) of R * n * (q + L)) forward work; one cache of L tokens per request
+and variant, filled once; one model per weights layout.
 """
 
 from __future__ import annotations
@@ -57,16 +59,15 @@ def make_cache(kind: str, capacity: int):
 
 
 def time_packed(
-    model,
+    variants: list[tuple[str, object, str]],
     requests: list[int],
     feeds: list[int],
     cached: int,
     repeats: int,
     progress,
-    kinds: tuple[str, ...] = ("slab",),
 ) -> dict:
-    """t(kind, n, q) in ms for every cache kind, n in `requests` and q in `feeds` (rule above); call on the
-    compute thread. With several kinds, each cell's repeats alternate between them."""
+    """t(name, n, q) in ms for every variant (name, model, cache kind), n in `requests` and q in `feeds`
+    (rule above); call on the compute thread. Each cell's repeats alternate between the variants."""
     import torch
 
     from ray_dspine.engines.embedded.batch import forward_packed
@@ -75,21 +76,21 @@ def time_packed(
     prefixes = [torch.randint(100, 1000, (1, cached), generator=generator) for _ in range(max(requests))]
     caches = {}
     with torch.inference_mode():
-        for kind in kinds:
-            caches[kind] = []
+        for name, model, kind in variants:
+            caches[name] = []
             for prefix in prefixes:
                 cache = make_cache(kind, cached + max(feeds))
                 if cached:
                     model(input_ids=prefix, past_key_values=cache, use_cache=True, logits_to_keep=1)
-                caches[kind].append(cache)
+                caches[name].append(cache)
         times: dict[tuple[str, int, int], float] = {}
         for n in requests:
             for q in feeds:
                 step = [[5] * q for _ in range(n)]
-                samples: dict[str, list[float]] = {kind: [] for kind in kinds}
+                samples: dict[str, list[float]] = {name: [] for name, _model, _kind in variants}
                 for _ in range(repeats + 1):
-                    for kind in kinds:
-                        held = caches[kind][:n]
+                    for name, model, _kind in variants:
+                        held = caches[name][:n]
                         started = time.perf_counter()
                         if n == 1:
                             ids = torch.tensor(step)
@@ -98,11 +99,11 @@ def time_packed(
                             forward_packed(model, held, step)
                         for cache in held:
                             cache.crop(-q)
-                        samples[kind].append((time.perf_counter() - started) * 1000)
-                for kind in kinds:
-                    times[kind, n, q] = statistics.median(samples[kind][1:])
-                    ms = times[kind, n, q]
-                    progress(f"{kind}: {n} request(s) x {q} token(s) behind {cached} cached: {ms:.1f} ms")
+                        samples[name].append((time.perf_counter() - started) * 1000)
+                for name in samples:
+                    times[name, n, q] = statistics.median(samples[name][1:])
+                    ms = times[name, n, q]
+                    progress(f"{name}: {n} request(s) x {q} token(s) behind {cached} cached: {ms:.1f} ms")
     return times
 
 
@@ -132,6 +133,12 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated KV caches to time, each cell alternating between them: slab (the engine's, "
         "kv_cache.py) and dynamic (transformers' DynamicCache) (default slab)",
     )
+    parser.add_argument(
+        "--weights",
+        default="plain",
+        help="comma-separated weight layouts to time, each cell alternating between them: plain (the model's "
+        "own linear layers) and packed (packed once for oneDNN, the engine's bf16 default) (default plain)",
+    )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args(argv)
     requests = sorted({1, *_ints(args.requests, "--requests", parser)})
@@ -141,6 +148,14 @@ def main(argv: list[str] | None = None) -> int:
     kinds = tuple(dict.fromkeys(k.strip() for k in args.cache.split(",") if k.strip()))
     if not kinds or any(k not in ("slab", "dynamic") for k in kinds):
         parser.error("--cache takes slab, dynamic or both, comma-separated")
+    layouts = tuple(dict.fromkeys(w.strip() for w in args.weights.split(",") if w.strip()))
+    if not layouts or any(w not in ("plain", "packed") for w in layouts):
+        parser.error("--weights takes plain, packed or both, comma-separated")
+    if "packed" in layouts and args.dtype != "bf16":
+        parser.error("--weights packed needs --dtype bf16 (fp32 layers are never packed)")
+    names = {
+        (layout, kind): kind if layouts == ("plain",) else f"{layout}-{kind}" for layout in layouts for kind in kinds
+    }
 
     from ray_dspine.engines.embedded import compute
     from ray_dspine.engines.embedded.config import EmbeddedEngineConfig
@@ -148,20 +163,25 @@ def main(argv: list[str] | None = None) -> int:
 
     def study() -> dict:
         set_threads(args.threads)
-        model = load_model(EmbeddedEngineConfig(dtype=args.dtype)).model
+        models = {
+            layout: load_model(EmbeddedEngineConfig(dtype=args.dtype, packed_weights=layout == "packed")).model
+            for layout in layouts
+        }
+        variants = [(names[layout, kind], models[layout], kind) for layout, kind in names]
         progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-        return time_packed(model, requests, feeds, args.cached, args.repeats, progress, kinds)
+        return time_packed(variants, requests, feeds, args.cached, args.repeats, progress)
 
     times = compute.run(study)
     cells = [
         {
+            "weights": layout,
             "cache": kind,
             "requests": n,
             "tokens": q,
-            "t_ms": round(times[kind, n, q], 1),
-            "gain": round(batching_gain(times[kind, 1, q], times[kind, n, q], n), 2),
+            "t_ms": round(times[name, n, q], 1),
+            "gain": round(batching_gain(times[name, 1, q], times[name, n, q], n), 2),
         }
-        for kind in kinds
+        for (layout, kind), name in names.items()
         for n in requests
         for q in feeds
     ]
@@ -173,15 +193,16 @@ def main(argv: list[str] | None = None) -> int:
         "cached_tokens": args.cached,
         "repeats": args.repeats,
         "caches": list(kinds),
+        "weights": list(layouts),
         "cells": cells,
     }
     if args.json:
         print(json.dumps(result, indent=1))
         return 0
     print(f"MEASURED, {args.dtype}, {args.threads} thread(s), {args.cached} cached tokens per request:")
-    print(f"  {'cache':>7} {'requests':>8} {'tokens each':>11} {'ms/forward':>10} {'gain':>6}")
-    for cell in cells:
-        print(f"  {cell['cache']:>7} {cell['requests']:>8} {cell['tokens']:>11} {cell['t_ms']:>10} {cell['gain']:>6}")
+    print(f"  {'weights':>7} {'cache':>7} {'requests':>8} {'tokens each':>11} {'ms/forward':>10} {'gain':>6}")
+    for c in cells:
+        print(f"  {c['weights']:>7} {c['cache']:>7} {c['requests']:>8} {c['tokens']:>11} {c['t_ms']:>10} {c['gain']:>6}")
     return 0
 
 

@@ -18,6 +18,10 @@ The decode time above includes the prefill before the first token, which both pa
 seconds to the first chunk), summed over the prompts of a group, and `decode_speedup` their ratio. It
 explains a speedup, it is not the speedup: a caller waits for the prefill too. (The peer's
 `generate` does not stream, so it has no such figure.)
+Interval: `speedup_vs_peer_ci` is a paired bootstrap over the prompts (stats.paired_cluster_ratio_ci,
+1,000 resamples, seed 0) on the peer's seconds over ours, the peer's seconds scaled to our output
+tokens on each prompt (the two greedy decodes may stop at different lengths); a goal on the peer is
+met when its low end clears it.
 The prompt-set engines run without prefix reuse (each prompt is decoded from scratch, as the peer does).
 Then the multi-turn agent scenario (engine_agent.py): tau-bench conversations turn by turn, TTFT and
 throughput at each concurrency, with and without prefix reuse, in the serving dtype.
@@ -46,12 +50,15 @@ import time
 from importlib import resources
 from pathlib import Path
 
+import numpy as np
+
 from ..engines.embedded import compute
 from ..engines.embedded.config import EmbeddedEngineConfig
 from ..engines.embedded.engine import EmbeddedEngine
 from ..engines.embedded.model import load_model
 from ..engines.protocol import ChatMessage, GenerateRequest
 from .engine_agent import load_conversations, run_agent_scenario
+from .stats import paired_cluster_ratio_ci
 
 # The peer's draft length: its fastest of 8, 16 and 32 on the tuning prompts, by the same study that chose
 # our engine's num_draft_tokens (docs/results/embedded-engine.md, "How long a draft may be").
@@ -197,6 +204,16 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return round(a / b, 3) if a and b else None
 
 
+def peer_interval(rows: list[dict]) -> dict | None:
+    """95% paired bootstrap interval on ours over the peer (module docstring, `Interval`); None without a
+    peer or with fewer than 2 prompts."""
+    if len(rows) < 2 or "peer_s" not in rows[0]:
+        return None
+    pairs = [(str(i), r["spec_s"], r["peer_s"] * r["spec_tokens"] / max(1, r["peer_tokens"])) for i, r in enumerate(rows)]
+    ci = paired_cluster_ratio_ci(pairs, np.random.default_rng(0), stat="mean")
+    return {"estimate": round(ci.estimate, 3), "low": round(ci.low, 3), "high": round(ci.high, 3), "confidence": 0.95}
+
+
 def _figures(serving: list[dict], fp32: list[dict], bf16: list[dict], dtype: str) -> dict:
     ar, spec, peer = _rate(serving, "ar"), _rate(serving, "spec"), _rate(serving, "peer")
     cpu_ar, cpu_spec, cpu_peer = (_rate(serving, key, "cpu") for key in ("ar", "spec", "peer"))
@@ -211,6 +228,7 @@ def _figures(serving: list[dict], fp32: list[dict], bf16: list[dict], dtype: str
         "speedup": _ratio(spec, ar),
         "peer_tokens_per_s": peer,
         "speedup_vs_peer": _ratio(spec, peer),
+        "speedup_vs_peer_ci": peer_interval(serving),
         "cpu_tokens_per_s": {"ar": cpu_ar, "spec": cpu_spec, "peer": cpu_peer},
         "cpu_speedup": _ratio(cpu_spec, cpu_ar),
         "cpu_speedup_vs_peer": _ratio(cpu_spec, cpu_peer),
@@ -432,6 +450,9 @@ def _main(args) -> int:
             f"{fig['accept_length_mean']:>7} {fig['step_cost_ratio']:>9} "
             f"{fig['greedy_identical']:>5}/{fig['prompts']}"
         )
+    ci = result.get("speedup_vs_peer_ci")
+    if ci:
+        print(f"ours over the peer, all prompts: {ci['estimate']}x, 95% paired interval {ci['low']}-{ci['high']}")
     _print_batching(result["concurrency"])
     if "agent" in result:
         _print_agent(result["agent"])

@@ -30,3 +30,20 @@ def test_decode_rate_unknown_when_a_row_never_streamed():
     rows = [_row(3.0, 1.0, 2.0, 1.0), _row(3.0, None, 2.0, 1.0)]
     figures = engine_bench._figures(rows, rows, rows, "fp32")
     assert figures["decode_tokens_per_s"] == {"ar": None, "spec": 10.0} and figures["decode_speedup"] is None
+
+
+def test_rule_peer_interval_is_a_paired_bootstrap_over_prompts():
+    # Every prompt: ours 2 s, the peer 3 s for the same 11 tokens -> 1.5x, and every resample says so.
+    rows = [_row(3.0, 1.0, 2.0, 1.0) for _ in range(3)]
+    for row in rows:
+        row["peer_s"] = 3.0
+    assert engine_bench.peer_interval(rows) == {"estimate": 1.5, "low": 1.5, "high": 1.5, "confidence": 0.95}
+    # the peer stopped after 22 tokens where ours gave 11: its 3 s count as 1.5 s for our 11 -> 0.75x
+    rows[0]["peer_tokens"], rows[1]["peer_tokens"], rows[2]["peer_tokens"] = 22, 22, 22
+    assert engine_bench.peer_interval(rows)["estimate"] == 0.75
+    # prompts that disagree (1.5x and 1.0x) give an interval spanning them, around (3 + 2) / (2 + 2) = 1.25
+    rows = [_row(3.0, 1.0, 2.0, 1.0), _row(3.0, 1.0, 2.0, 1.0)]
+    rows[0]["peer_s"], rows[1]["peer_s"] = 3.0, 2.0
+    ci = engine_bench.peer_interval(rows)
+    assert ci["estimate"] == 1.25 and 1.0 <= ci["low"] < 1.25 < ci["high"] <= 1.5
+    assert engine_bench.peer_interval(rows[:1]) is None  # one prompt: no interval

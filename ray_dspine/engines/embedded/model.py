@@ -78,6 +78,10 @@ def load_model(config: EmbeddedEngineConfig) -> LoadedModel:
     )
     model.eval()
     from .batch import install_segment_attention
+    from .packed_weights import pack_linears
+
+    if config.packed_weights:
+        log.info("packed %d linear layers for oneDNN", pack_linears(model))
 
     install_segment_attention(model)  # transformers' sdpa outside packed steps, per request inside them
     eos = {tokenizer.eos_token_id}

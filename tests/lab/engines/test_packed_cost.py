@@ -27,7 +27,7 @@ def tiny_model():
 def test_rule_every_cell_is_timed_once_warm():
     model = tiny_model()
     seen = []
-    times = time_packed(model, [1, 3], [1, 4], cached=20, repeats=2, progress=seen.append)
+    times = time_packed([("slab", model, "slab")], [1, 3], [1, 4], cached=20, repeats=2, progress=seen.append)
     assert sorted(times) == [("slab", 1, 1), ("slab", 1, 4), ("slab", 3, 1), ("slab", 3, 4)]
     assert all(t > 0 for t in times.values())
     assert len(seen) == 4 and seen[0].startswith("slab: 1 request(s) x 1 token(s) behind 20 cached")
@@ -44,7 +44,8 @@ def test_rule_caches_each_kind_times_every_cell_and_leaves_the_caches_as_filled(
         return made[-1]
 
     monkeypatch.setattr(study, "make_cache", spy)
-    times = time_packed(model, [1, 2], [3], cached=10, repeats=1, progress=lambda _m: None, kinds=("slab", "dynamic"))
+    variants = [("slab", model, "slab"), ("dynamic", model, "dynamic")]
+    times = time_packed(variants, [1, 2], [3], cached=10, repeats=1, progress=lambda _m: None)
     assert sorted(times) == [("dynamic", 1, 3), ("dynamic", 2, 3), ("slab", 1, 3), ("slab", 2, 3)]
     # two requests per kind, each back at its 10 cached tokens after every forward was cropped
     assert [type(c).__name__ for c in made] == ["SlabCache", "SlabCache", "DynamicCache", "DynamicCache"]
@@ -61,6 +62,8 @@ def test_rule_caches_each_kind_times_every_cell_and_leaves_the_caches_as_filled(
         (["--cached", "-1"], "--cached must be >= 0"),
         (["--repeats", "0"], "--repeats and --threads must be >= 1"),
         (["--cache", "paged"], "--cache takes slab, dynamic or both"),
+        (["--weights", "int8"], "--weights takes plain, packed or both"),
+        (["--weights", "plain,packed"], "--weights packed needs --dtype bf16"),
     ],
 )
 def test_bad_flags_exit_2_naming_the_flag(argv, message, capsys):
