@@ -6,7 +6,8 @@ off, draft_policy.py rule `match`) decodes fastest, chosen on prompts that the r
 does not contain: this study decodes the next ones (2 of each category by default) and never those 6.
 
 Rules:
-  run:     one speculative engine per variant and one autoregressive engine share one loaded fp32 model,
+  run:     one speculative engine per variant and one autoregressive engine share one loaded model (fp32,
+           or bf16 with `--dtype bf16`: the dtype is the study's, never a variant's),
            and so does the peer, transformers' `generate(prompt_lookup_num_tokens=k)`, once per k of
            `peer_tokens` (arms `peer-k<k>`); every tuning prompt is decoded greedily by each arm in turn
            (the order rotated per prompt, as `bench engine` does), `rounds` times, after an untimed
@@ -15,13 +16,15 @@ Rules:
            tuning effort on the setting both share.
   figures: per variant and category, output tokens / wall seconds over that category's decodes, and the
            speedup over the autoregressive engine's rate on the same decodes; overall likewise. Greedy
-           output must match the autoregressive engine's (fp32): mismatches are counted (not for the
-           peer, whose `generate` returns tokens the bench does not detokenize).
+           output must match the autoregressive engine's in fp32; in bf16 a verify block rounds differently
+           from single steps, so some answers differ (docs/results/embedded-engine.md). Mismatches are
+           counted either way (not for the peer, whose `generate` returns tokens the bench does not
+           detokenize).
   choice:  the variant with the highest overall rate among those whose chat speedup is at least
            `chat_floor` (speculation must not lose on chat); none qualifying -> the first variant. The
            peer's k: the highest overall rate (`chosen_peer_tokens`).
 Parameters: variants as NAME=FIELD:VALUE[;FIELD:VALUE] (EmbeddedEngineConfig fields, JSON values), over
-`base` settings every arm shares (FIELD:VALUE[;FIELD:VALUE]; dtype stays fp32); the peer's k in [1, 64]
+`base` settings every arm shares (FIELD:VALUE[;FIELD:VALUE]; no dtype: `--dtype`); the peer's k in [1, 64]
 (its n-gram size stays transformers' default); rounds >= 1; prompts: how many of the list after the report
 set. Complexity: (variants + peer k's + 1) * rounds * prompts decodes.
 """
@@ -93,13 +96,14 @@ async def _run(
     max_tokens: int,
     progress,
     common: dict | None = None,
+    dtype: str = "fp32",
 ):
     from ray_dspine.bench.engine_bench import _decode, _engine, _peer_decode
     from ray_dspine.engines.embedded import compute
     from ray_dspine.engines.embedded.config import EmbeddedEngineConfig
     from ray_dspine.engines.embedded.model import load_model
 
-    base = EmbeddedEngineConfig(**{"dtype": "fp32", "max_running_requests": 1, "prefix_reuse": False, **(common or {})})
+    base = EmbeddedEngineConfig(**{"dtype": dtype, "max_running_requests": 1, "prefix_reuse": False, **(common or {})})
     engines = {"ar": base.model_copy(update={"speculative": False})}
     for name, overrides in variants.items():
         engines[name] = EmbeddedEngineConfig(**{**base.model_dump(), **overrides})  # validated
@@ -162,6 +166,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2, help="decodes of every prompt per engine (default 2)")
     add_prompt_flags(parser)
     parser.add_argument("--chat-floor", type=float, default=0.97, help="least chat speedup a variant may have")
+    parser.add_argument(
+        "--dtype", choices=("fp32", "bf16"), default="fp32",
+        help="the model's dtype for every arm (default fp32, where greedy output must match)",
+    )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.prompts < 1 or args.max_tokens < 1 or args.chat_floor <= 0:
@@ -192,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         parser.error(f"--base: not a valid engine setting: {exc}")
     if any("dtype" in overrides for overrides in [common, *variants.values()]):
-        parser.error("--base/--variant: the study runs in fp32, where greedy output must match; drop dtype")
+        parser.error("--base/--variant: the dtype is the study's, not a variant's; drop dtype and pass --dtype")
     for name, overrides in variants.items():
         try:
             EmbeddedEngineConfig(**{"dtype": "fp32", **common, **overrides})
@@ -203,13 +211,16 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         parser.error(f"--prompts: {exc}")
     rates, mismatches = asyncio.run(
-        _run(variants, peer_tokens, args.rounds, prompts, args.max_tokens, lambda m: print(m, file=sys.stderr), common)
+        _run(
+            variants, peer_tokens, args.rounds, prompts, args.max_tokens, lambda m: print(m, file=sys.stderr), common,
+            args.dtype,
+        )
     )
     ar = rates.pop("ar")
     peer_rates = {name: rates.pop(name) for name in list(rates) if name.startswith("peer-")}
     chosen = choose_variant(rates, ar, args.chat_floor)
     result = {
-        "measured": "MEASURED, fp32, tuning prompts only",
+        "measured": f"MEASURED, {args.dtype}, tuning prompts only",
         "command_line": " ".join(["python -m dspine_lab.engines.draft_tuning", *(argv if argv is not None else sys.argv[1:])]),
         "tuning_prompts": [f"{REPORT_PROMPTS + j} ({p['category']})" for j, p in enumerate(prompts)],
         "base": common,
@@ -232,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result, indent=1))
         return 0
     categories = [c for c in ar if c != "overall"] + ["overall"]
-    print("MEASURED (fp32, tuning prompts): speculative / autoregressive output tokens/s")
+    print(f"MEASURED ({args.dtype}, tuning prompts): speculative / autoregressive output tokens/s")
     print(f"{'variant':>12} " + " ".join(f"{c:>10}" for c in categories) + "  mismatches")
     for name in rates:
         row = " ".join(f"{result['speedup'][name][c]:>9.3f}x" for c in categories)

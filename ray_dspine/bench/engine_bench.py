@@ -4,8 +4,9 @@ Method. The fixed prompt set (`prompts/engine.json`: open chat, code edits that 
 agent tool-call turns that repeat their context) is decoded greedily, each prompt by three decoders
 back to back in the serving dtype so machine noise hits all three alike: our autoregressive path,
 our speculative path, and transformers' own `generate(prompt_lookup_num_tokens=k)` as the peer
-(k = `--peer-draft-tokens`: each side drafts at most the length the same study chose for it on prompts
-this bench does not report). Every decoder's torch work runs on the one compute thread (compute.py).
+(k = `--peer-draft-tokens`: each side drafts at most the length the same study chose for it, in the
+serving dtype, on prompts this bench does not report). Every decoder's torch work runs on the one
+compute thread (compute.py).
 tokens/s = output tokens / decode wall time, summed over the prompts of a group; the order of the
 three rotates from prompt to prompt, and each figure is also given per CPU-second of this process
 (`cpu_*`), which a busy shared machine disturbs far less than wall time. Then both of our
@@ -60,9 +61,10 @@ from ..engines.protocol import ChatMessage, GenerateRequest
 from .engine_agent import load_conversations, run_agent_scenario
 from .stats import paired_cluster_ratio_ci
 
-# The peer's draft length: its fastest of 8, 16 and 32 on the tuning prompts, by the same study that chose
-# our engine's num_draft_tokens (docs/results/embedded-engine.md, "How long a draft may be").
-PEER_DRAFT_TOKENS = 16
+# The peer's draft length per dtype: its fastest of 8, 16 and 32 on the tuning prompts, by the same study that
+# chose our engine's num_draft_tokens (32 in both dtypes; docs/results/embedded-engine.md, "How long a draft
+# may be" for fp32, "bf16, with the weights packed once" for bf16).
+PEER_DRAFT_TOKENS = {"fp32": 16, "bf16": 32}
 
 
 def load_prompts(limit: int) -> list[dict]:
@@ -349,10 +351,13 @@ def run_engine_bench(
     dtype: str,
     progress=None,
     agent: dict | None = None,
-    peer_draft_tokens: int = PEER_DRAFT_TOKENS,
+    peer_draft_tokens: int | None = None,
 ) -> dict:
-    """agent: {conversations, turns, max_tokens, concurrency: [..], traces_dir} or None to skip the scenario."""
+    """agent: {conversations, turns, max_tokens, concurrency: [..], traces_dir} or None to skip the scenario;
+    peer_draft_tokens None: the peer's tuned length in `dtype` (PEER_DRAFT_TOKENS)."""
     progress = progress or (lambda message: print(message, file=sys.stderr, flush=True))
+    if peer_draft_tokens is None:
+        peer_draft_tokens = PEER_DRAFT_TOKENS[dtype]
     prompts = load_prompts(num_prompts)
     serving = asyncio.run(_run_dtype(dtype, prompts, max_tokens, num_draft_tokens, peer_draft_tokens, progress))
     other_dtype = "bf16" if dtype == "fp32" else "fp32"
@@ -384,9 +389,9 @@ def register(subparsers) -> None:
         help="most tokens our engine drafts per step (default: the engine's num_draft_tokens)",
     )
     parser.add_argument(
-        "--peer-draft-tokens", type=int, default=PEER_DRAFT_TOKENS,
-        help=f"tokens the peer drafts per step (default {PEER_DRAFT_TOKENS}: its fastest on the tuning prompts, "
-        "as 32 is ours)",
+        "--peer-draft-tokens", type=int, default=None,
+        help="tokens the peer drafts per step (default: its fastest on the tuning prompts in the chosen dtype, "
+        f"{PEER_DRAFT_TOKENS['fp32']} in fp32 and {PEER_DRAFT_TOKENS['bf16']} in bf16, as 32 is ours in both)",
     )
     parser.add_argument(
         "--dtype", choices=["bf16", "fp32"], default="fp32",
@@ -411,7 +416,7 @@ def _main(args) -> int:
         print("ray-dspine bench engine: --prompts and --max-tokens must be at least 1", file=sys.stderr)
         return 2
     for flag, value in (("--num-draft-tokens", args.num_draft_tokens), ("--peer-draft-tokens", args.peer_draft_tokens)):
-        if not 1 <= value <= 64:
+        if value is not None and not 1 <= value <= 64:
             print(f"ray-dspine bench engine: {flag} must be between 1 and 64 (the engine's num_draft_tokens range)",
                   file=sys.stderr)
             return 2

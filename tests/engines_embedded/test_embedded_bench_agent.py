@@ -73,4 +73,5 @@ def test_draft_tokens_default_to_each_sides_tuned_length():
     engine_bench.register(parser.add_subparsers())
     args = parser.parse_args(["engine"])
     assert args.num_draft_tokens == EmbeddedEngineConfig().num_draft_tokens == 32
-    assert args.peer_draft_tokens == 16  # the peer's own choice on the tuning prompts
+    assert args.peer_draft_tokens is None  # the peer's own choice on the tuning prompts, per dtype:
+    assert engine_bench.PEER_DRAFT_TOKENS == {"fp32": 16, "bf16": 32}
