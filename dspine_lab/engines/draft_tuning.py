@@ -37,7 +37,8 @@ import json
 import sys
 import time
 
-REPORT_PROMPTS = 6  # `bench engine --prompts 6`: never decoded here
+from ray_dspine.bench.engine_bench import REPORT_PROMPTS  # the prompts `bench engine` reports: never decoded here
+
 DEFAULT_VARIANTS = [  # per-match counts with prior weights 0..8, and one set of counts from a neutral start
     "w0=draft_acceptance_by_match:true;draft_prior_weight:0",
     "w2=draft_acceptance_by_match:true;draft_prior_weight:2",
