@@ -13,11 +13,19 @@ Rules (completed = no error; failures count only in num_failed):
 - Cost per completed request = sum over the arm's pools of (gpu_hour_usd * g * num_replicas * run
   span hours) / completed, with g = deployment.num_gpus, or 1 when the pool has no GPUs (its
   gpu_hour_usd then prices a replica-hour). Unknown when a pool is missing from the config or unpriced.
-- Bootstrap (B resamples, seeded numpy Generator): resample each arm's completed requests with
-  replacement; 95% CI = 2.5th and 97.5th percentiles of the resampled statistic. Throughput resamples
-  as n * mean(tokens*) / span; a ratio resamples both arms independently.
+- Bootstrap (B resamples, seeded numpy Generator; 95% CI = 2.5th and 97.5th percentiles of the
+  resampled statistic). An arm's own intervals resample its completed requests with replacement;
+  throughput resamples as n * mean(tokens*) / span. The comparisons' ratio intervals (speed, output
+  throughput, e2e mean) resample each arm's conversations instead (stats.py's cluster bootstrap; a
+  conversation = session_id and repetition, a record without session_id its own), both arms
+  independently, with throughput* = (tokens of the drawn conversations) / span: a sticky split assigns
+  whole conversations, whose turns share a growing prompt, so drawing turns one by one would narrow the
+  interval to what the arms' draw of conversations decided. Fewer than 2 conversations on a side: no
+  interval.
 - Baseline: `baseline` if given, else the arm whose completed requests are mostly on the
   autoregressive path, else one named autoregressive/ar/baseline/control, else the first by name.
+  Every other arm with a completed request is compared with it; an arm with none (e.g. requests
+  refused before routing) is listed, never compared.
 - Verdict speed metric: output throughput when the arms ran one after the other (their spans overlap
   by < 50% of the shorter), else the per-request output rate (interleaved arms share the wall time).
   CI low > 1: candidate beats baseline; CI high < 1: baseline beats candidate; else no significant
@@ -28,7 +36,9 @@ Rules (completed = no error; failures count only in num_failed):
 - Paired: when arms answered the same trace turns (`bench replay --each-pool`; records carrying
   trace_request_id, session_id and repetition), each arm against the baseline over the completed turns
   both answered: p50 and mean ratios of TTFT, TPOT and e2e with the paired cluster bootstrap (95%), by
-  summary.py's `paired_ratios` rule. Arms that share no turn (a sticky split) give none.
+  summary.py's `paired_ratios` rule. Arms that share no turn (a sticky split) give none, and the report
+  then says its comparisons are between different conversations (the table's mean prompt per arm shows
+  how different): resampling conversations widens an interval but cannot undo which ones an arm drew.
 Parameters: B in [100, 100000] (default 2000); seed. Complexity: O(B * n log n) for n records (the
 percentile differences; the rest is O(n log n + B * n)).
 """
@@ -42,8 +52,8 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from ray_dspine.bench.ab_deltas import PercentileDelta, percentile_deltas
 from ray_dspine.bench.records import tpot
-from ray_dspine.bench.stats import resample_blocks
-from ray_dspine.bench.summary import PairedRatio, paired_ratios
+from ray_dspine.bench.stats import cluster_resamples, resample_blocks
+from ray_dspine.bench.summary import PairedRatio, conversation_values, paired_ratios
 
 _CHUNK_CELLS = 2_000_000  # resample indices drawn per batch, to bound memory
 
@@ -57,6 +67,7 @@ class RunRecord(BaseModel):
     pool: str | None = None
     path: str | None = None
     output_tokens: int | None = None
+    prompt_tokens: int | None = None
     ttft_s: float | None = None
     server_replica_s: float | None = None
     itl_s: list[float] | None = None
@@ -148,6 +159,7 @@ class ArmStats(BaseModel):
     num_failed: int
     span_s: float | None = Field(description="Arm span: last end - first start.")
     output_tokens: int
+    prompt_tokens_mean: float | None = Field(default=None, description="Mean prompt tokens of completed requests.")
     output_tok_per_s: float | None
     output_tok_per_s_ci: tuple[float, float] | None = None
     request_output_tok_per_s: Spread | None = Field(description="Per-request output_tokens / e2e_s.")
@@ -217,6 +229,7 @@ def arm_stats(name: str, records: list[RunRecord], *, prices: dict[str, PoolPric
     throughput_ci = None
     if throughput is not None and rng is not None and tokens.size > 1:
         throughput_ci = interval(bootstrap_means(tokens, rng, num_resamples) * tokens.size / span_s)
+    prompts = [r.prompt_tokens for r in done if r.prompt_tokens is not None]
     accept = [r.accept_length for r in done if r.accept_length is not None]
     acceptance = None
     if accept:
@@ -232,6 +245,7 @@ def arm_stats(name: str, records: list[RunRecord], *, prices: dict[str, PoolPric
         num_requests=len(records), num_completed=len(done), num_failed=len(records) - len(done),
         span_s=span_s, output_tokens=int(tokens.sum()), output_tok_per_s=throughput,
         output_tok_per_s_ci=throughput_ci,
+        prompt_tokens_mean=float(np.mean(prompts)) if prompts else None,
         request_output_tok_per_s=spread([(r.output_tokens or 0) / r.e2e_s for r in done if r.e2e_s], 1.0,
                                         rng, num_resamples),
         ttft_ms=spread(latency["ttft_ms"], 1.0, rng, num_resamples),
@@ -305,12 +319,17 @@ class AbReport(BaseModel):
     verdict: str
 
 
-def _ratio_ci(num: np.ndarray, den: np.ndarray, num_scale: float, den_scale: float,
-              rng: np.random.Generator, num_resamples: int) -> tuple[float, float] | None:
-    if num.size < 2 or den.size < 2:
+def _ratio_ci(num: list[list[float]], den: list[list[float]], rng: np.random.Generator, num_resamples: int,
+              spans: tuple[float, float] | None = None) -> tuple[float, float] | None:
+    """Cluster-bootstrap interval (module rules) on mean(num) / mean(den), or with `spans` on
+    (sum(num) / spans[0]) / (sum(den) / spans[1])."""
+    if len(num) < 2 or len(den) < 2:
         return None
-    return interval(bootstrap_means(num, rng, num_resamples) * num_scale
-                    / (bootstrap_means(den, rng, num_resamples) * den_scale))
+    num_sums, num_counts = cluster_resamples(num, rng, num_resamples)
+    den_sums, den_counts = cluster_resamples(den, rng, num_resamples)
+    if spans is not None:
+        return interval((num_sums / spans[0]) / (den_sums / spans[1]))
+    return interval((num_sums / num_counts) / (den_sums / den_counts))
 
 
 def _overlap(a: tuple[float, float] | None, b: tuple[float, float] | None) -> float | None:
@@ -349,15 +368,16 @@ def compare_arms(c: ArmStats, b: ArmStats, c_records: list[RunRecord], b_records
     def column(done: list[RunRecord], value) -> np.ndarray:
         return np.asarray([v for v in (value(r) for r in done) if v is not None], dtype=float)
 
-    tokens = (column(c_done, lambda r: r.output_tokens or 0), column(b_done, lambda r: r.output_tokens or 0))
+    def sides(value) -> tuple[list[list[float]], list[list[float]]]:
+        return conversation_values(c_done, value), conversation_values(b_done, value)
+
     throughput_ratio = throughput_ci = None
     if c.output_tok_per_s and b.output_tok_per_s:
         throughput_ratio = c.output_tok_per_s / b.output_tok_per_s
-        throughput_ci = _ratio_ci(tokens[0], tokens[1], tokens[0].size / c.span_s, tokens[1].size / b.span_s,
-                                  rng, num_resamples)
+        throughput_ci = _ratio_ci(*sides(lambda r: r.output_tokens or 0), rng, num_resamples, (c.span_s, b.span_s))
     e2e = (column(c_done, lambda r: r.e2e_s), column(b_done, lambda r: r.e2e_s))
     e2e_ratio = _mean_ratio(e2e[0], e2e[1])
-    e2e_ci = _ratio_ci(e2e[0], e2e[1], 1.0, 1.0, rng, num_resamples) if e2e_ratio is not None else None
+    e2e_ci = _ratio_ci(*sides(lambda r: r.e2e_s), rng, num_resamples) if e2e_ratio is not None else None
     overlap = _overlap(span_of(c_records), span_of(b_records))
     if overlap is not None and overlap < 0.5:
         metric, ratio, ci = "output throughput", throughput_ratio, throughput_ci
@@ -365,7 +385,7 @@ def compare_arms(c: ArmStats, b: ArmStats, c_records: list[RunRecord], b_records
         rate = lambda r: (r.output_tokens or 0) / r.e2e_s if r.e2e_s else None  # noqa: E731
         rates = (column(c_done, rate), column(b_done, rate))
         ratio = _mean_ratio(rates[0], rates[1])
-        ci = _ratio_ci(rates[0], rates[1], 1.0, 1.0, rng, num_resamples) if ratio is not None else None
+        ci = _ratio_ci(*sides(rate), rng, num_resamples) if ratio is not None else None
         metric = "per-request output rate"
     cost_ratio = None
     if c.cost_per_completed_usd is not None and b.cost_per_completed_usd:
@@ -416,7 +436,7 @@ def build_report(records: list[RunRecord], *, prices: dict[str, PoolPrice] | Non
     base = choose_baseline(arms, baseline)
     by_name = {arm.name: arm for arm in arms}
     comparisons = [compare_arms(arm, by_name[base], groups[arm.name], groups[base], rng, num_resamples)
-                   for arm in arms if arm.name != base]
+                   for arm in arms if arm.name != base and arm.num_completed]
     keyed = {name: [r for r in recs if r.trace_request_id and r.session_id] for name, recs in groups.items()}
     paired = paired_ratios(keyed, base, rng, num_resamples, 0.95) if len(groups) > 1 else []
     verdict = " | ".join(c.verdict for c in comparisons) or f"only one arm ({base}): nothing to compare"

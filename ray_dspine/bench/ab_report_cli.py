@@ -112,6 +112,7 @@ def render_report(report: AbReport) -> str:
         ["decode paths"] + [", ".join(f"{k} {v}" for k, v in sorted(a.paths.items())) or "-" for a in arms],
         ["completed / failed"] + [f"{a.num_completed} / {a.num_failed}" for a in arms],
         ["span s"] + [_fmt(a.span_s) for a in arms],
+        ["mean prompt tokens"] + [_fmt(a.prompt_tokens_mean, 0) for a in arms],
         ["output tok/s [95% CI]"] + [_fmt(a.output_tok_per_s) + _ci(a.output_tok_per_s_ci) for a in arms],
         ["per-request tok/s mean"] + [
             "-" if a.request_output_tok_per_s is None
@@ -137,6 +138,9 @@ def render_report(report: AbReport) -> str:
     if report.paired:
         lines.append("same turns on both arms:")
         lines += [f"  {describe_paired(p)}" for p in report.paired]
+    elif report.comparisons:
+        lines.append("each arm answered its own conversations, so these comparisons are between different turns "
+                     "(see the mean prompts); `bench replay --each-pool` compares arms on the same turns")
     if report.num_bad_lines:
         lines.append(f"skipped {report.num_bad_lines} unreadable lines of records.jsonl")
     lines.append(f"bootstrap: {report.num_resamples} resamples, seed {report.seed}")

@@ -169,13 +169,17 @@ def format_summary(summary: ReplaySummary, outcome_dir: Path) -> str:
     for arm, g in summary.by_arm.items():
         a = g.acceptance
         accept = "n/a" if a.p50 is None else f"p10/p50/p90 {a.p10:.2f}/{a.p50:.2f}/{a.p90:.2f}"
+        prompt = f"mean prompt {g.prompt_tokens / g.num_ok:,.0f} tokens, " if g.num_ok else ""
         lines.append(f"arm {arm}: {g.num_ok} ok, {g.num_errors} errors, {g.output_throughput_tok_s or 0:.1f} tok/s, "
-                     f"acceptance {accept}")
+                     f"{prompt}acceptance {accept}")
     for ratio in summary.arm_ratios:
         if ratio.metric in ("tpot_s", "e2e_s", "accept_length"):
             r = ratio.ratio
             lines.append(f"{ratio.metric} {ratio.arm}/{ratio.baseline_arm} = {r.estimate:.3f} "
-                         f"[{r.low:.3f}, {r.high:.3f}] ({r.confidence:.0%} CI)")
+                         f"[{r.low:.3f}, {r.high:.3f}] ({r.confidence:.0%} CI over conversations)")
+    if summary.arm_ratios and not summary.paired_ratios:
+        lines.append("(each arm answered its own conversations, so these ratios compare different turns; "
+                     "--each-pool sends every conversation to every pool and pairs the turns)")
     lines += [describe_paired(paired) for paired in summary.paired_ratios]
     lines.append(f"wrote {outcome_dir}")
     return "\n".join(lines)

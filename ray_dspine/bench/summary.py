@@ -15,7 +15,10 @@ Rules (ok = finished without error; failed requests count only in the error figu
   `histogram` = element-wise sum of accept_histogram (index k: verify steps that produced k+1 tokens).
 - Bootstrap 95% CIs (stats.py) on the means of TTFT, TPOT, E2E, acceptance length and per-request
   output rate (output_tokens / e2e); with two or more arms, CIs on `mean(arm) / mean(baseline)` for
-  the same metrics. The baseline is `baseline_arm` if given, else an arm named "autoregressive",
+  the same metrics (`arm_ratios`), by the cluster bootstrap of stats.py with a cluster per conversation
+  of a repetition (session_id, repetition): a sticky split assigns whole conversations to arms, and a
+  conversation's turns share its growing prompt, so the interval must carry which conversations each
+  arm drew. The baseline is `baseline_arm` if given, else an arm named "autoregressive",
   "baseline" or "control" if present, else the first arm in sorted order. Only arms with an ok request
   take part; requests that came back without an arm header (e.g. refused before routing) are grouped
   under "(none)" and never compared.
@@ -43,7 +46,7 @@ from .stats import (
     ConfidenceInterval,
     Distribution,
     bootstrap_mean_ci,
-    bootstrap_ratio_ci,
+    cluster_ratio_ci,
     describe,
     paired_cluster_ratio_ci,
     percentile,
@@ -105,7 +108,9 @@ class ArmRatio(BaseModel):
     baseline_arm: str
     arm: str
     metric: str = Field(description="Metric whose means are compared.")
-    ratio: ConfidenceInterval = Field(description="mean(arm) / mean(baseline) with its bootstrap CI.")
+    ratio: ConfidenceInterval = Field(
+        description="mean(arm) / mean(baseline) with its cluster-bootstrap CI (a cluster per conversation)."
+    )
 
 
 class PairedRatio(BaseModel):
@@ -190,6 +195,18 @@ def describe_paired(paired: PairedRatio) -> str:
 
 def _values(records: Sequence[RequestRecord], metric: Metric) -> list[float]:
     return [v for v in (metric(r) for r in records if r.ok) if v is not None]
+
+
+def conversation_values(records: Sequence, value: Callable) -> list[list[float]]:
+    """`value` of each ok record (None left out), one list per conversation of a repetition (session_id,
+    repetition); a record without session_id is a conversation of its own. Records need `ok`,
+    `session_id` and `repetition` (bench ab-report's tolerant records have them)."""
+    groups: dict[tuple, list[float]] = {}
+    for i, r in enumerate(records):
+        v = value(r) if r.ok else None
+        if v is not None:
+            groups.setdefault((r.session_id, r.repetition) if r.session_id else (None, i), []).append(v)
+    return list(groups.values())
 
 
 def error_kind_key(record: RequestRecord) -> str:
@@ -296,10 +313,10 @@ def summarize(
             if arm == baseline:
                 continue
             for name, metric in METRICS.items():
-                a = _values(by_arm_records[baseline], metric)
-                b = _values(by_arm_records[arm], metric)
-                if a and b and float(np.mean(a)) != 0.0:
-                    ci = bootstrap_ratio_ci(a, b, rng, num_resamples=num_resamples, confidence=confidence)
+                a = conversation_values(by_arm_records[baseline], metric)
+                b = conversation_values(by_arm_records[arm], metric)
+                if a and b and sum(map(sum, a)) != 0.0:
+                    ci = cluster_ratio_ci(a, b, rng, num_resamples=num_resamples, confidence=confidence)
                     ratios.append(ArmRatio(baseline_arm=baseline, arm=arm, metric=name, ratio=ci))
     per_repetition = []
     for rep, rep_wall in enumerate(repetition_wall_s):

@@ -6,6 +6,7 @@ import pytest
 from ray_dspine.bench.stats import (
     bootstrap_mean_ci,
     bootstrap_ratio_ci,
+    cluster_ratio_ci,
     describe,
     mean,
     paired_cluster_ratio_ci,
@@ -68,6 +69,30 @@ def test_ratio_ci_known_ratio_and_errors():
         bootstrap_ratio_ci([], [1.0], np.random.default_rng(0))
     with pytest.raises(ValueError):
         bootstrap_mean_ci([1.0], np.random.default_rng(0), confidence=1.0)
+
+
+def test_rule_cluster_ratio_resamples_whole_conversations():
+    # Two baseline conversations of 10 turns each, all 1s and all 3s; the treatment is 2 everywhere. A
+    # resample draws 2 conversations: means 1, 2 or 3 with probability 1/4, 1/2, 1/4, so the ratio 2 / mean
+    # is 2, 1 or 2/3, and the 2.5th and 97.5th percentiles sit inside the two 25% masses: [2/3, 2].
+    baseline = [[1.0] * 10, [3.0] * 10]
+    treatment = [[2.0] * 10, [2.0] * 10]
+    ci = cluster_ratio_ci(baseline, treatment, np.random.default_rng(0), num_resamples=2000)
+    assert ci.estimate == pytest.approx(1.0)  # 2 / ((10 + 30) / 20)
+    assert (ci.low, ci.high) == pytest.approx((2 / 3, 2.0))
+    # The same 20 turns drawn one by one: the baseline mean's standard error is 1 / sqrt(20) = 0.22, so
+    # the interval on the ratio stays within about [0.8, 1.3].
+    by_turn = bootstrap_ratio_ci(sum(baseline, []), sum(treatment, []), np.random.default_rng(0), num_resamples=2000)
+    assert 0.75 < by_turn.low < 1.0 < by_turn.high < 1.35
+
+
+def test_cluster_ratio_one_value_per_cluster_and_errors():
+    ci = cluster_ratio_ci([[2.0], [2.0]], [[3.0], [], [3.0, 3.0]], np.random.default_rng(0), num_resamples=50)
+    assert (ci.estimate, ci.low, ci.high) == (1.5, 1.5, 1.5)  # constant groups; the empty cluster ignored
+    with pytest.raises(ValueError):
+        cluster_ratio_ci([[0.0]], [[1.0]], np.random.default_rng(0))
+    with pytest.raises(ValueError):
+        cluster_ratio_ci([[]], [[1.0]], np.random.default_rng(0))
 
 
 def test_rule_paired_cluster_ratio_proportional_pairs_are_exact():

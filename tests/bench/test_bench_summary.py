@@ -118,3 +118,39 @@ def test_rule_paired_ratios_compare_the_same_turns():
 def test_arms_without_shared_turns_have_no_paired_ratios():
     s = summarize(RECORDS, wall_s=4.0, num_resamples=50)  # each request answered by one arm only
     assert s.arm_ratios and s.paired_ratios == []
+
+
+def _split_by_conversation():
+    # A sticky split: the baseline drew conversations c1 (10 turns, e2e 1 s each) and c2 (10 turns, 3 s);
+    # the arm drew c3 and c4 (10 turns each, 2 s). Prompts: 100 tokens per turn on both arms.
+    records = []
+    for arm, sessions in (("autoregressive", {"c1": 1.0, "c2": 3.0}), ("dspine", {"c3": 2.0, "c4": 2.0})):
+        for session, e2e in sessions.items():
+            for t in range(10):
+                r = _record(f"{session}-t{t}", arm, 0.1, e2e, 11)
+                records.append(r.model_copy(update={"session_id": session}))
+    return records
+
+
+def test_rule_arm_ratios_resample_whole_conversations():
+    s = summarize(_split_by_conversation(), wall_s=10.0, num_resamples=2000)
+    e2e = next(r.ratio for r in s.arm_ratios if r.metric == "e2e_s")
+    # Baseline resamples draw 2 conversations: mean e2e 1, 2 or 3 (1/4, 1/2, 1/4), so 2 / mean is 2, 1 or
+    # 2/3, and the 95% interval is [2/3, 2] around the estimate 2 / 2 = 1 (stats.py's worked example).
+    assert e2e.estimate == pytest.approx(1.0)
+    assert (e2e.low, e2e.high) == pytest.approx((2 / 3, 2.0))
+    assert s.paired_ratios == []  # no turn was answered on both arms
+
+
+def test_replay_printout_names_each_arms_prompts_and_that_split_ratios_compare_other_turns(tmp_path):
+    from ray_dspine.bench.replay_cli import format_summary
+
+    text = format_summary(summarize(_split_by_conversation(), wall_s=10.0, num_resamples=200), tmp_path)
+    assert "arm autoregressive: 20 ok, 0 errors, 22.0 tok/s, mean prompt 100 tokens" in text  # 220 tokens / 10 s
+    assert "e2e_s dspine/autoregressive = 1.000 [" in text and "CI over conversations)" in text
+    assert "so these ratios compare different turns; --each-pool" in text
+    paired = [
+        _record(f"t{i}@{arm}", arm, 0.1, 1.0, 11).model_copy(update={"trace_request_id": f"t{i}", "session_id": "c1"})
+        for i in range(3) for arm in ("autoregressive", "dspine")
+    ]
+    assert "compare different turns" not in format_summary(summarize(paired, wall_s=1.0, num_resamples=50), tmp_path)

@@ -205,6 +205,9 @@ def test_cli_table_and_json(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "TTFT ms p50/p95/p99" in text and "250.0 / 385.0 / 397.0" in text
     assert "verdict: speculative beats autoregressive: 5.00x output throughput" in text
+    assert re.search(r"mean prompt tokens +50 +50", text)  # every hand-made record has 50 prompt tokens
+    # the arms share no turn: the report says its comparison is between different conversations
+    assert "each arm answered its own conversations, so these comparisons are between different turns" in text
     args = parser.parse_args(["ab-report", str(run), "--json", "--resamples", "500", "--plot", str(tmp_path / "d.png")])
     assert args.func(args) == 0
     out = capsys.readouterr()
@@ -332,7 +335,7 @@ def test_rule_paired_same_turns(tmp_path, capsys):
     args = parser.parse_args(["ab-report", str(run), "--baseline", "noreuse", "--resamples", "200"])
     assert args.func(args) == 0
     text = capsys.readouterr().out
-    assert "same turns on both arms:" in text
+    assert "same turns on both arms:" in text and "each arm answered its own conversations" not in text
     assert "paired p50 ttft_s reuse/noreuse = 0.500 [0.500, 0.500] (95% CI, 4 turns of 2 conversations)" in text
 
 
@@ -340,3 +343,34 @@ def test_rule_paired_none_when_arms_share_no_turn():
     records = [RunRecord.model_validate(r) for r in _same_turn_records(False)]
     report = build_report(records, prices=None, rng=np.random.default_rng(0), num_resamples=200, baseline="noreuse")
     assert report.paired == [] and len(report.comparisons) == 1
+
+
+def test_rule_comparison_intervals_resample_whole_conversations(tmp_path):
+    # A sticky split of 4 conversations of 10 turns, interleaved in time, 10 output tokens per turn. The
+    # baseline drew c1 (e2e 1 s: 10 tok/s per request) and c2 (e2e 3 s: 3.33 tok/s); the candidate drew c3
+    # and c4 (e2e 2 s: 5 tok/s). Per-request rate means: 6.67 and 5, ratio 0.75. A resample of the
+    # baseline's conversations has mean rate 10, 6.67 or 3.33 (probability 1/4, 1/2, 1/4), so the ratio's
+    # interval is [5/10, 5/3.33] = [0.5, 1.5]: no significant difference. Drawn turn by turn, the 20
+    # baseline rates would put it at about [0.62, 0.94], a verdict the draw of 4 conversations cannot carry.
+    records = []
+    for arm, sessions in (("y", {"c1": 1.0, "c2": 3.0}), ("x", {"c3": 2.0, "c4": 2.0})):
+        for session, e2e in sessions.items():
+            for t in range(10):
+                records.append(_record(arm, arm, "speculative" if arm == "x" else "autoregressive", t, t + e2e,
+                                       10, 0.1, e2e, session_id=session, trace_request_id=f"{session}-{t}"))
+    report = _report(tmp_path, records, config=False)
+    comparison = report.comparisons[0]
+    assert (comparison.candidate, comparison.baseline) == ("x", "y")
+    assert comparison.speed_metric == "per-request output rate"
+    assert comparison.speed_ratio == pytest.approx(0.75)
+    assert comparison.speed_ratio_ci == pytest.approx((0.5, 1.5))
+    assert comparison.e2e_mean_ratio_ci == pytest.approx((2 / 3, 2.0))  # 2 s over mean e2e 1, 2 or 3 s
+    assert report.verdict.startswith("no significant difference in per-request output rate between x and y: 0.75x")
+
+
+def test_rule_an_arm_without_completed_requests_is_listed_not_compared(tmp_path):
+    refused = [_record(None, None, None, 5, 6, 0, None, None, error="HTTP 400: over the window") for _ in range(3)]
+    report = _report(tmp_path, sequential_records() + refused, config=False)
+    assert {a.name: a.num_failed for a in report.arms}["unknown"] == 3
+    assert [c.candidate for c in report.comparisons] == ["speculative"]
+    assert " | " not in report.verdict
