@@ -32,7 +32,8 @@ Rules (completed = no error; failures count only in num_failed):
   difference. Cost, TTFT p50 and e2e p50 differences follow as plain figures, then TTFT p99's
   difference with its bootstrap interval.
 - Latency percentile differences (candidate - baseline at p50 and p99 of TTFT, its split and e2e, each
-  with a bootstrap interval, the arms resampled independently): rules in `ab_deltas.py`.
+  with a bootstrap interval, the arms resampled independently, by whole conversations when the records
+  carry session_id): rules in `ab_deltas.py`.
 - Paired: when arms answered the same trace turns (`bench replay --each-pool`; records carrying
   trace_request_id, session_id and repetition), each arm against the baseline over the completed turns
   both answered: p50 and mean ratios of TTFT, TPOT and e2e with the paired cluster bootstrap (95%), by
@@ -53,7 +54,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 from ray_dspine.bench.ab_deltas import PercentileDelta, percentile_deltas
 from ray_dspine.bench.records import tpot
 from ray_dspine.bench.stats import cluster_resamples, resample_blocks
-from ray_dspine.bench.summary import PairedRatio, conversation_values, paired_ratios
+from ray_dspine.bench.summary import PairedRatio, conversation_key, conversation_values, paired_ratios
 
 _CHUNK_CELLS = 2_000_000  # resample indices drawn per batch, to bound memory
 
@@ -208,15 +209,31 @@ def arm_cost(pools: list[str], prices: dict[str, PoolPrice] | None, run_span_s: 
     return cost, per_request, f"pools {', '.join(pools)}: {sum(hourly):.4g} USD/h over {run_span_s:.1f} s"
 
 
+def labelled_latencies(done: list[RunRecord]) -> dict[str, tuple[list[float], list[tuple]]]:
+    """Per-request latencies in ms of completed records (TTFT, its split by Server-Timing, e2e), each
+    with the record's conversation (summary.py `conversation_key`)."""
+    columns: dict[str, tuple[list[float], list[tuple]]] = {
+        metric: ([], []) for metric in ("ttft_ms", "ttft_replica_ms", "ttft_outside_ms", "e2e_ms")
+    }
+    for i, r in enumerate(done):
+        key = conversation_key(r, i)
+        found = []
+        if r.ttft_s is not None:
+            found.append(("ttft_ms", r.ttft_s * 1e3))
+            if r.server_replica_s is not None:
+                found += [("ttft_replica_ms", r.server_replica_s * 1e3),
+                          ("ttft_outside_ms", (r.ttft_s - r.server_replica_s) * 1e3)]
+        if r.e2e_s is not None:
+            found.append(("e2e_ms", r.e2e_s * 1e3))
+        for metric, value in found:
+            columns[metric][0].append(value)
+            columns[metric][1].append(key)
+    return columns
+
+
 def latency_columns(done: list[RunRecord]) -> dict[str, list[float]]:
     """Per-request latencies in ms of completed records: TTFT, its split by Server-Timing, e2e."""
-    split = [r for r in done if r.ttft_s is not None and r.server_replica_s is not None]
-    return {
-        "ttft_ms": [r.ttft_s * 1e3 for r in done if r.ttft_s is not None],
-        "ttft_replica_ms": [r.server_replica_s * 1e3 for r in split],
-        "ttft_outside_ms": [(r.ttft_s - r.server_replica_s) * 1e3 for r in split],
-        "e2e_ms": [r.e2e_s * 1e3 for r in done if r.e2e_s is not None],
-    }
+    return {metric: values for metric, (values, _) in labelled_latencies(done).items()}
 
 
 def arm_stats(name: str, records: list[RunRecord], *, prices: dict[str, PoolPrice] | None,
@@ -397,9 +414,13 @@ def compare_arms(c: ArmStats, b: ArmStats, c_records: list[RunRecord], b_records
     else:
         clauses.append("cost per completed request unknown")
     verdict = ", ".join(clauses)
-    c_columns, b_columns = latency_columns(c_done), latency_columns(b_done)
-    tails = [d for metric in c_columns
-             for d in percentile_deltas(metric, c_columns[metric], b_columns[metric], rng, num_resamples)]
+    # by conversation when the records name their sessions (ab_deltas.py rule `Interval`)
+    by_conversation = any(r.session_id for r in c_done + b_done)
+    c_columns, b_columns = labelled_latencies(c_done), labelled_latencies(b_done)
+    tails = [d for metric, (values, conversations) in c_columns.items()
+             for d in percentile_deltas(metric, values, b_columns[metric][0], rng, num_resamples,
+                                        candidate_conversations=conversations if by_conversation else None,
+                                        baseline_conversations=b_columns[metric][1] if by_conversation else None)]
     ttft_p99 = next((d for d in tails if d.metric == "ttft_ms" and d.percentile == 99), None)
     deltas = []
     if c.ttft_ms is not None and b.ttft_ms is not None:

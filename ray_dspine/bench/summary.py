@@ -197,15 +197,20 @@ def _values(records: Sequence[RequestRecord], metric: Metric) -> list[float]:
     return [v for v in (metric(r) for r in records if r.ok) if v is not None]
 
 
+def conversation_key(record, index: int) -> tuple:
+    """The conversation of a repetition a record belongs to: (session_id, repetition); a record without
+    session_id (the `index`-th of its list) is a conversation of its own."""
+    return (record.session_id, record.repetition) if record.session_id else (None, index)
+
+
 def conversation_values(records: Sequence, value: Callable) -> list[list[float]]:
-    """`value` of each ok record (None left out), one list per conversation of a repetition (session_id,
-    repetition); a record without session_id is a conversation of its own. Records need `ok`,
-    `session_id` and `repetition` (bench ab-report's tolerant records have them)."""
+    """`value` of each ok record (None left out), one list per conversation (`conversation_key`). Records
+    need `ok`, `session_id` and `repetition` (bench ab-report's tolerant records have them)."""
     groups: dict[tuple, list[float]] = {}
     for i, r in enumerate(records):
         v = value(r) if r.ok else None
         if v is not None:
-            groups.setdefault((r.session_id, r.repetition) if r.session_id else (None, i), []).append(v)
+            groups.setdefault(conversation_key(r, i), []).append(v)
     return list(groups.values())
 
 

@@ -128,3 +128,22 @@ def test_plot_draws_ttft_and_e2e_on_their_own_scales_and_refuses_nothing_to_draw
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(ValueError, match="no latency differences to draw"):
         draw_deltas(report([]))
+
+
+def test_rule_interval_by_conversation_draws_whole_conversations():
+    # Candidate conversations a (ten 100 ms) and b (ten 300 ms); baseline 200 ms everywhere, in two
+    # conversations. A draw of two candidate conversations is aa, ab or bb (1/4, 1/2, 1/4), whose p99 is
+    # 100, 300, 300 ms: delta* is -100 (1/4) or +100 (3/4), so the interval is [-100, +100]. Drawn value by
+    # value, 20 draws are all 100 ms with probability 2^-20, so p99* is 300 and the interval [+100, +100].
+    candidate, labels = [100.0] * 10 + [300.0] * 10, ["a"] * 10 + ["b"] * 10
+    baseline, base_labels = [200.0] * 20, ["c"] * 10 + ["d"] * 10
+    by_conversation = percentile_deltas("e2e_ms", candidate, baseline, _rng(1), 1000, (99,),
+                                        candidate_conversations=labels, baseline_conversations=base_labels)
+    assert by_conversation[0].delta == pytest.approx(100) and by_conversation[0].delta_ci == (-100.0, 100.0)
+    by_value = percentile_deltas("e2e_ms", candidate, baseline, _rng(1), 1000, (99,))
+    assert by_value[0].delta_ci == (100.0, 100.0)
+    one = percentile_deltas("e2e_ms", candidate, baseline, _rng(1), 100, (99,),
+                            candidate_conversations=["a"] * 20, baseline_conversations=base_labels)
+    assert one[0].delta_ci is None  # a single conversation cannot be resampled
+    with pytest.raises(ValueError):
+        percentile_deltas("e2e_ms", candidate, baseline, _rng(1), 100, candidate_conversations=["a"])

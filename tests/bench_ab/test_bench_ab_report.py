@@ -365,6 +365,10 @@ def test_rule_comparison_intervals_resample_whole_conversations(tmp_path):
     assert comparison.speed_ratio == pytest.approx(0.75)
     assert comparison.speed_ratio_ci == pytest.approx((0.5, 1.5))
     assert comparison.e2e_mean_ratio_ci == pytest.approx((2 / 3, 2.0))  # 2 s over mean e2e 1, 2 or 3 s
+    # e2e p99: a draw of the baseline's conversations has p99 1000 ms (c1 twice, 1/4) or 3000 ms (3/4),
+    # against 2000 ms: delta* is +1000 or -1000, so [-1000, +1000]; drawn turn by turn it would be -1000.
+    p99 = next(d for d in comparison.percentile_deltas if (d.metric, d.percentile) == ("e2e_ms", 99))
+    assert p99.delta_ci == pytest.approx((-1000.0, 1000.0))
     assert report.verdict.startswith("no significant difference in per-request output rate between x and y: 0.75x")
 
 
