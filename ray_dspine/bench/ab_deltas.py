@@ -74,11 +74,16 @@ def bootstrap_conversation_percentiles(values: np.ndarray, conversations: Sequen
     groups: dict[Hashable, list[float]] = {}
     for value, conversation in zip(values, conversations):
         groups.setdefault(conversation, []).append(float(value))
-    clusters = [np.asarray(group) for group in groups.values()]
+    ordered = np.concatenate([np.asarray(group) for group in groups.values()])  # conversation after conversation
+    sizes = np.asarray([len(group) for group in groups.values()])
+    starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
     draws = np.empty((len(percentiles), num_resamples))
     for j in range(num_resamples):
-        chosen = rng.integers(0, len(clusters), size=len(clusters))
-        draws[:, j] = np.percentile(np.concatenate([clusters[i] for i in chosen]), list(percentiles))
+        chosen = rng.integers(0, len(sizes), size=len(sizes))
+        # the positions of the chosen conversations' values in `ordered`, without a Python loop over them
+        lengths = sizes[chosen]
+        offsets = np.repeat(starts[chosen] - np.concatenate(([0], np.cumsum(lengths)[:-1])), lengths)
+        draws[:, j] = np.percentile(ordered[offsets + np.arange(lengths.sum())], list(percentiles))
     return draws
 
 

@@ -212,8 +212,7 @@ def cluster_resamples(
     sums = np.asarray([float(np.sum(c)) for c in kept])
     counts = np.asarray([len(c) for c in kept], dtype=float)
     total_sums, total_counts = [], []
-    for start in range(0, num_resamples, 1000):  # bounded blocks of draws
-        chosen = rng.integers(0, len(kept), size=(min(1000, num_resamples - start), len(kept)))
+    for chosen in resample_blocks(np.arange(len(kept)), rng, num_resamples):  # bounded blocks of draws
         total_sums.append(sums[chosen].sum(axis=1))
         total_counts.append(counts[chosen].sum(axis=1))
     return np.concatenate(total_sums), np.concatenate(total_counts)
