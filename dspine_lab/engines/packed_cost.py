@@ -8,9 +8,10 @@ produce at most, whatever the draft policy and the acceptance? That bounds the b
 
 Rules (times in ms; every request holds L cached tokens):
   t(n, q)    = the median of R timed forwards of n requests feeding q tokens each, all rows' logits
-               kept, as a verify step keeps them: for n >= 2 one packed forward (`forward_packed`), for
-               n = 1 a step alone as the engine runs a group of one (the model on the request's own
-               cache); every request's cache (rule `caches`) is cropped back after the forward (inside
+               kept, as a verify step keeps them: one packed forward (`forward_packed`), for n = 1 too
+               when q >= 2, as the engine runs a verify block alone (sequence.py; a one-token step is
+               the model's own forward there and here); every request's cache (rule `caches`) is
+               cropped back after the forward (inside
                the timing, as the engine crops rejected drafts). The caches are filled once; on the
                compute thread, in the engine's dtype, on `threads` torch threads. The first forward of
                each (n, q) warms up, untimed.
@@ -22,7 +23,9 @@ Rules (times in ms; every request holds L cached tokens):
                weights layout asked for (`--weights`, bf16 only): the model's own linear layers (plain), and
                the engine's weights packed once for oneDNN (packed_weights.py); the repeats of a cell
                alternate between the variants so machine noise hits them alike; a variant's gain uses
-               its own t(1, q).
+               its own t(1, q); and, for n = 1 (`--alone`), the engine's step alone (above) and the
+               model's own forward on the request's cache for every q (transformers' sdpa, which copies
+               the key/value heads out to every query head for a block of q >= 2 tokens).
 Parameters: every n >= 1 (n = 1 is always timed, as the reference), every q >= 1, L >= 0, R >= 1,
 threads >= 1.
 Complexity: O(variants * sum over (n, q) of R * n * (q + L)) forward work; one cache of L tokens per request
@@ -37,12 +40,19 @@ import statistics
 import sys
 import time
 
-from dspine_lab.engines.suffix_prefill import cpu_name
+from ray_dspine.bench.receipt import cpu_name
 
 
 def batching_gain(t_alone_ms: float, t_packed_ms: float, requests: int) -> float:
     """gain(n, q) = n * t(1, q) / t(n, q)."""
     return requests * t_alone_ms / t_packed_ms
+
+
+def variant_name(layout: str, kind: str, alone: str, layouts: tuple, alones: tuple) -> str:
+    """The cache kind, prefixed by the weights layout and suffixed by the way of a step alone when more than
+    one of those is timed: `slab`, `packed-slab`, `slab-model`."""
+    parts = ([layout] if layouts != ("plain",) else []) + [kind] + ([alone] if len(alones) > 1 else [])
+    return "-".join(parts)
 
 
 def make_cache(kind: str, capacity: int):
@@ -59,14 +69,15 @@ def make_cache(kind: str, capacity: int):
 
 
 def time_packed(
-    variants: list[tuple[str, object, str]],
+    variants: list[tuple[str, object, str, str]],
     requests: list[int],
     feeds: list[int],
     cached: int,
     repeats: int,
     progress,
 ) -> dict:
-    """t(name, n, q) in ms for every variant (name, model, cache kind), n in `requests` and q in `feeds`
+    """t(name, n, q) in ms for every variant (name, model, cache kind, step alone: "engine" or "model"), n in
+    `requests` and q in `feeds`
     (rule above); call on the compute thread. Each cell's repeats alternate between the variants."""
     import torch
 
@@ -76,7 +87,7 @@ def time_packed(
     prefixes = [torch.randint(100, 1000, (1, cached), generator=generator) for _ in range(max(requests))]
     caches = {}
     with torch.inference_mode():
-        for name, model, kind in variants:
+        for name, model, kind, _alone in variants:
             caches[name] = []
             for prefix in prefixes:
                 cache = make_cache(kind, cached + max(feeds))
@@ -87,12 +98,12 @@ def time_packed(
         for n in requests:
             for q in feeds:
                 step = [[5] * q for _ in range(n)]
-                samples: dict[str, list[float]] = {name: [] for name, _model, _kind in variants}
+                samples: dict[str, list[float]] = {name: [] for name, *_rest in variants}
                 for _ in range(repeats + 1):
-                    for name, model, _kind in variants:
+                    for name, model, _kind, alone in variants:
                         held = caches[name][:n]
                         started = time.perf_counter()
-                        if n == 1:
+                        if n == 1 and (alone == "model" or q == 1):
                             ids = torch.tensor(step)
                             model(input_ids=ids, past_key_values=held[0], use_cache=True, logits_to_keep=0)
                         else:
@@ -139,6 +150,13 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated weight layouts to time, each cell alternating between them: plain (the model's "
         "own linear layers) and packed (packed once for oneDNN, the engine's bf16 default) (default plain)",
     )
+    parser.add_argument(
+        "--alone",
+        default="engine",
+        help="comma-separated ways to run a request's step alone (n = 1), each cell alternating between them: "
+        "engine (a packed forward of one request, as the engine runs it) and model (the model's own forward, "
+        "transformers' sdpa) (default engine)",
+    )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args(argv)
     requests = sorted({1, *_ints(args.requests, "--requests", parser)})
@@ -153,8 +171,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--weights takes plain, packed or both, comma-separated")
     if "packed" in layouts and args.dtype != "bf16":
         parser.error("--weights packed needs --dtype bf16 (fp32 layers are never packed)")
+    alones = tuple(dict.fromkeys(a.strip() for a in args.alone.split(",") if a.strip()))
+    if not alones or any(a not in ("engine", "model") for a in alones):
+        parser.error("--alone takes engine, model or both, comma-separated")
     names = {
-        (layout, kind): kind if layouts == ("plain",) else f"{layout}-{kind}" for layout in layouts for kind in kinds
+        (layout, kind, alone): variant_name(layout, kind, alone, layouts, alones)
+        for layout in layouts
+        for kind in kinds
+        for alone in alones
     }
 
     from ray_dspine.engines.embedded import compute
@@ -167,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
             layout: load_model(EmbeddedEngineConfig(dtype=args.dtype, packed_weights=layout == "packed")).model
             for layout in layouts
         }
-        variants = [(names[layout, kind], models[layout], kind) for layout, kind in names]
+        variants = [(name, models[layout], kind, alone) for (layout, kind, alone), name in names.items()]
         progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
         return time_packed(variants, requests, feeds, args.cached, args.repeats, progress)
 
@@ -176,12 +200,13 @@ def main(argv: list[str] | None = None) -> int:
         {
             "weights": layout,
             "cache": kind,
+            "alone": alone,
             "requests": n,
             "tokens": q,
             "t_ms": round(times[name, n, q], 1),
             "gain": round(batching_gain(times[name, 1, q], times[name, n, q], n), 2),
         }
-        for (layout, kind), name in names.items()
+        for (layout, kind, alone), name in names.items()
         for n in requests
         for q in feeds
     ]
@@ -194,15 +219,19 @@ def main(argv: list[str] | None = None) -> int:
         "repeats": args.repeats,
         "caches": list(kinds),
         "weights": list(layouts),
+        "alone": list(alones),
         "cells": cells,
     }
     if args.json:
         print(json.dumps(result, indent=1))
         return 0
     print(f"MEASURED, {args.dtype}, {args.threads} thread(s), {args.cached} cached tokens per request:")
-    print(f"  {'weights':>7} {'cache':>7} {'requests':>8} {'tokens each':>11} {'ms/forward':>10} {'gain':>6}")
+    print(f"  {'weights':>7} {'cache':>7} {'alone':>6} {'requests':>8} {'tokens each':>11} {'ms/forward':>10} {'gain':>6}")
     for c in cells:
-        print(f"  {c['weights']:>7} {c['cache']:>7} {c['requests']:>8} {c['tokens']:>11} {c['t_ms']:>10} {c['gain']:>6}")
+        print(
+            f"  {c['weights']:>7} {c['cache']:>7} {c['alone']:>6} {c['requests']:>8} {c['tokens']:>11} "
+            f"{c['t_ms']:>10} {c['gain']:>6}"
+        )
     return 0
 
 

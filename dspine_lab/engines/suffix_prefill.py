@@ -27,13 +27,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import sys
 import time
 from pathlib import Path
 
+from ray_dspine.bench.receipt import cpu_name
 from ray_dspine.engines.attention_cost import attended_pairs
 
 
@@ -88,19 +87,6 @@ def load_turns(records: Path) -> dict[str, list[tuple[int, int, float]]]:
         turn = (int(row["prompt_tokens"]), int(row.get("cached_prompt_tokens") or 0), float(row["ttft_s"]) * 1000)
         arms.setdefault(str(row.get("arm") or row.get("pool")), []).append(turn)
     return arms
-
-
-def cpu_name() -> str:
-    """The CPU's model name and the cores this process may use (a receipt's `device_name`)."""
-    name = platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{name}, {len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()} cores"
 
 
 def time_suffix(model, suffix_tokens: int, cached_lengths: list[int], repeats: int, progress) -> dict[int, float]:

@@ -59,6 +59,7 @@ from ..engines.embedded.engine import EmbeddedEngine
 from ..engines.embedded.model import load_model
 from ..engines.protocol import ChatMessage, GenerateRequest
 from .engine_agent import load_conversations, run_agent_scenario
+from .receipt import cpu_name, git_state
 from .stats import paired_cluster_ratio_ci
 
 # The peer's draft length per dtype: its fastest of 8, 16 and 32 on the tuning prompts, by the same study that
@@ -451,8 +452,13 @@ def _main(args) -> int:
         args.prompts, args.max_tokens, args.num_draft_tokens, args.dtype, agent=agent,
         peer_draft_tokens=args.peer_draft_tokens,
     )
-    if args.json:
-        print(json.dumps(result, indent=2))
+    if args.json:  # a receipt: what ran, on which machine, at which commit
+        provenance = {
+            "command_line": " ".join(["ray-dspine", *sys.argv[1:]]),
+            "device_name": cpu_name(),
+            "git": git_state().model_dump(),
+        }
+        print(json.dumps({**provenance, **result}, indent=2))
         return 0
     print(
         f"{'category':<10} {'ar tok/s':>9} {'spec tok/s':>10} {'peer tok/s':>10} {'speedup':>8} {'vs peer':>8} "

@@ -142,6 +142,19 @@ def _memory_bytes(meminfo: str) -> int | None:
     return None
 
 
+def cpu_name(cpuinfo: str | None = None, cores: int | None = None) -> str:
+    """The CPU's model name and the cores this process may use: a CPU benchmark's `device_name`, e.g.
+    'Intel(R) Xeon(R) Processor, 2 cores' (read from /proc/cpuinfo and the affinity mask unless given)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"{_cpu_model(cpuinfo) or platform.machine()}, {cores} cores"
+
+
 def parse_nvidia_smi(csv_text: str) -> list[GpuInfo]:
     """Rows of `nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv` (header skipped)."""
     gpus = []

@@ -11,7 +11,13 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dspine_fake_server import FakeDSpineServer  # noqa: E402
 
-from ray_dspine.bench.receipt import distribution_versions, git_state, hardware, parse_nvidia_smi  # noqa: E402
+from ray_dspine.bench.receipt import (  # noqa: E402
+    cpu_name,
+    distribution_versions,
+    git_state,
+    hardware,
+    parse_nvidia_smi,
+)
 from ray_dspine.bench.replay_run import ReplayOptions, run_replay  # noqa: E402
 
 
@@ -20,6 +26,25 @@ def test_parse_nvidia_smi_csv():
     (gpu,) = parse_nvidia_smi(text)
     assert (gpu.name, gpu.memory_total, gpu.driver_version) == ("NVIDIA H200", "143771 MiB", "570.86.15")
     assert parse_nvidia_smi("name, memory.total [MiB], driver_version\n") == []
+
+
+def test_cpu_name_is_the_model_name_and_the_usable_cores():
+    cpuinfo = "processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Processor\nflags\t\t: avx512f\n"
+    assert cpu_name(cpuinfo, 2) == "Intel(R) Xeon(R) Processor, 2 cores"
+    assert cpu_name("", 4).endswith(", 4 cores")  # no model name: the machine type stands in
+
+
+def test_bench_engine_json_names_its_command_machine_and_commit(monkeypatch, capsys):
+    import ray_dspine.bench.engine_bench as engine_bench
+    from ray_dspine import cli
+
+    monkeypatch.setattr(engine_bench, "run_engine_bench", lambda *args, **kwargs: {"spec_tokens_per_s": 1.0})
+    monkeypatch.setattr(sys, "argv", ["/venv/bin/ray-dspine", "bench", "engine", "--agent-conversations", "0", "--json"])
+    assert cli.main(sys.argv[1:]) == 0
+    receipt = json.loads(capsys.readouterr().out)
+    assert receipt["command_line"] == "ray-dspine bench engine --agent-conversations 0 --json"
+    assert receipt["device_name"] == cpu_name() and set(receipt["git"]) == {"commit", "dirty", "note"}
+    assert receipt["spec_tokens_per_s"] == 1.0
 
 
 def test_git_state_tolerates_no_repository(tmp_path):

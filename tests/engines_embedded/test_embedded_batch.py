@@ -153,6 +153,29 @@ def test_unbatched_switch_never_batches_and_is_exact(tiny):
     assert eng._batch_costs == {}  # max_batch_requests = 1: every step ran alone
 
 
+def test_a_verify_step_alone_is_a_packed_forward_of_one_request(tiny, monkeypatch):
+    # sequence.py: a verify block alone goes through forward_packed, so transformers' sdpa (which copies the 2
+    # key/value heads out to the 4 query heads for a block of more than one token) sees only the prompt's
+    # prefill chunk, one call per layer (2 layers) with the whole 15-token prompt as queries, and the
+    # one-token steps that had no draft.
+    import ray_dspine.engines.embedded.batch as batch
+
+    install_segment_attention(tiny.model)
+    queries, real = [], batch._sdpa
+
+    def spy(module, query, *args, **kwargs):
+        queries.append(query.shape[2])
+        return real(module, query, *args, **kwargs)
+
+    monkeypatch.setattr(batch, "_sdpa", spy)
+    [(text, usage)] = _solo(tiny, [TEXTS[1]], [12], adaptive_draft=False)
+    assert queries[:2] == [15, 15] and set(queries[2:]) <= {1}
+    assert usage.accept_length > 1.0  # verify blocks of several tokens ran, none of them through sdpa
+    monkeypatch.undo()
+    [(reference, _usage)] = _solo(tiny, [TEXTS[1]], [12], speculative=False)
+    assert text == reference
+
+
 def test_request_finishing_mid_batch_leaves_the_others_correct(tiny):
     # 3, 25 and 11 tokens: the first leaves the batch after its first verify steps, the third midway.
     max_tokens = [3, 25, 11]

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from dspine_lab.engines.packed_cost import batching_gain, main, time_packed
+from dspine_lab.engines.packed_cost import batching_gain, main, time_packed, variant_name
 
 
 def test_rule_gain_is_n_steps_alone_over_one_packed_step():
@@ -27,7 +27,7 @@ def tiny_model():
 def test_rule_every_cell_is_timed_once_warm():
     model = tiny_model()
     seen = []
-    times = time_packed([("slab", model, "slab")], [1, 3], [1, 4], cached=20, repeats=2, progress=seen.append)
+    times = time_packed([("slab", model, "slab", "engine")], [1, 3], [1, 4], cached=20, repeats=2, progress=seen.append)
     assert sorted(times) == [("slab", 1, 1), ("slab", 1, 4), ("slab", 3, 1), ("slab", 3, 4)]
     assert all(t > 0 for t in times.values())
     assert len(seen) == 4 and seen[0].startswith("slab: 1 request(s) x 1 token(s) behind 20 cached")
@@ -44,7 +44,7 @@ def test_rule_caches_each_kind_times_every_cell_and_leaves_the_caches_as_filled(
         return made[-1]
 
     monkeypatch.setattr(study, "make_cache", spy)
-    variants = [("slab", model, "slab"), ("dynamic", model, "dynamic")]
+    variants = [("slab", model, "slab", "engine"), ("dynamic", model, "dynamic", "engine")]
     times = time_packed(variants, [1, 2], [3], cached=10, repeats=1, progress=lambda _m: None)
     assert sorted(times) == [("dynamic", 1, 3), ("dynamic", 2, 3), ("slab", 1, 3), ("slab", 2, 3)]
     # two requests per kind, each back at its 10 cached tokens after every forward was cropped
@@ -52,6 +52,32 @@ def test_rule_caches_each_kind_times_every_cell_and_leaves_the_caches_as_filled(
     assert [c.get_seq_length() for c in made] == [10, 10, 10, 10]
     with pytest.raises(ValueError, match="slab or dynamic"):
         study.make_cache("paged", 8)
+
+
+def test_rule_alone_runs_a_step_alone_as_the_engine_does_or_as_the_model_does(monkeypatch):
+    import ray_dspine.engines.embedded.batch as batch
+
+    model, packed = tiny_model(), []
+    real = batch.forward_packed
+
+    def spy(model, caches, feeds, logit_rows=None):
+        packed.append(len(caches))
+        return real(model, caches, feeds, logit_rows)
+
+    monkeypatch.setattr(batch, "forward_packed", spy)
+    variants = [("slab-engine", model, "slab", "engine"), ("slab-model", model, "slab", "model")]
+    times = time_packed(variants, [1, 2], [1, 3], cached=10, repeats=1, progress=lambda _m: None)
+    assert len(times) == 8  # 2 variants x 2 request counts x 2 block lengths
+    # (1 warm-up + 1 timed) forwards per variant and cell: n = 1 packs only the engine's variant, and only its
+    # 3-token blocks (2 forwards of one request); n = 2 packs both (4 forwards of two each for q = 1 and q = 3)
+    assert sorted(packed) == [1, 1] + [2] * 8
+
+
+def test_variant_names_carry_only_the_dimensions_that_vary():
+    assert variant_name("plain", "slab", "engine", ("plain",), ("engine",)) == "slab"
+    assert variant_name("packed", "slab", "engine", ("plain", "packed"), ("engine",)) == "packed-slab"
+    assert variant_name("plain", "dynamic", "model", ("plain",), ("engine", "model")) == "dynamic-model"
+    assert variant_name("packed", "slab", "model", ("packed",), ("engine", "model")) == "packed-slab-model"
 
 
 @pytest.mark.parametrize(
@@ -64,6 +90,7 @@ def test_rule_caches_each_kind_times_every_cell_and_leaves_the_caches_as_filled(
         (["--cache", "paged"], "--cache takes slab, dynamic or both"),
         (["--weights", "int8"], "--weights takes plain, packed or both"),
         (["--weights", "plain,packed"], "--weights packed needs --dtype bf16"),
+        (["--alone", "eager"], "--alone takes engine, model or both"),
     ],
 )
 def test_bad_flags_exit_2_naming_the_flag(argv, message, capsys):
