@@ -2,7 +2,8 @@
 
 Public replay API (imported on first use, so `import ray_dspine.bench` stays light):
 - traces: `load_trace`, `Trace`, `TraceRequest`, `TraceMessage`
-- statistics: `percentile`, `describe`, `bootstrap_mean_ci`, `bootstrap_ratio_ci`, `cluster_ratio_ci`
+- statistics: `percentile`, `describe`, `bootstrap_mean_ci`, `bootstrap_ratio_ci`, `cluster_mean_ci`,
+  `cluster_ratio_ci`
 - records: `RequestRecord`, `read_records`, `write_records`
 - replay (`ray_dspine.bench.replay.replay` runs one): `ReplayConfig`, `ReplaySink`, `StreamingClient`, `ClientSettings`
 - one call from options to files: `ReplayOptions`, `run_replay`, `ReplayOutcome`
@@ -22,6 +23,7 @@ _EXPORTS = {
     "describe": "stats",
     "bootstrap_mean_ci": "stats",
     "bootstrap_ratio_ci": "stats",
+    "cluster_mean_ci": "stats",
     "cluster_ratio_ci": "stats",
     "RequestRecord": "records",
     "read_records": "records",

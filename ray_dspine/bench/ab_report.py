@@ -14,14 +14,14 @@ Rules (completed = no error; failures count only in num_failed):
   span hours) / completed, with g = deployment.num_gpus, or 1 when the pool has no GPUs (its
   gpu_hour_usd then prices a replica-hour). Unknown when a pool is missing from the config or unpriced.
 - Bootstrap (B resamples, seeded numpy Generator; 95% CI = 2.5th and 97.5th percentiles of the
-  resampled statistic). An arm's own intervals resample its completed requests with replacement;
-  throughput resamples as n * mean(tokens*) / span. The comparisons' ratio intervals (speed, output
-  throughput, e2e mean) resample each arm's conversations instead (stats.py's cluster bootstrap; a
-  conversation = session_id and repetition, a record without session_id its own), both arms
-  independently, with throughput* = (tokens of the drawn conversations) / span: a sticky split assigns
-  whole conversations, whose turns share a growing prompt, so drawing turns one by one would narrow the
-  interval to what the arms' draw of conversations decided. Fewer than 2 conversations on a side: no
-  interval.
+  resampled statistic), by whole conversations (stats.py's cluster bootstrap; a conversation =
+  session_id and repetition, a record without session_id its own): an arm's own intervals (the means
+  of TTFT, e2e, per-request output rate and acceptance; output throughput* = (tokens of the drawn
+  conversations) / span) resample its conversations with replacement, and the comparisons' ratio
+  intervals (speed, output throughput, e2e mean) resample both arms' conversations independently. A
+  sticky split assigns whole conversations, whose turns share a growing prompt, so drawing turns one by
+  one would narrow an interval to what the arm's draw of conversations decided. Fewer than 2
+  conversations: no interval.
 - Baseline: `baseline` if given, else the arm whose completed requests are mostly on the
   autoregressive path, else one named autoregressive/ar/baseline/control, else the first by name.
   Every other arm with a completed request is compared with it; an arm with none (e.g. requests
@@ -53,10 +53,8 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from ray_dspine.bench.ab_deltas import PercentileDelta, percentile_deltas
 from ray_dspine.bench.records import tpot
-from ray_dspine.bench.stats import cluster_resamples, resample_blocks
+from ray_dspine.bench.stats import cluster_resamples
 from ray_dspine.bench.summary import PairedRatio, conversation_key, conversation_values, paired_ratios
-
-_CHUNK_CELLS = 2_000_000  # resample indices drawn per batch, to bound memory
 
 
 class RunRecord(BaseModel):
@@ -117,9 +115,11 @@ def percentile(values: list[float] | np.ndarray, p: float) -> float | None:
     return float(np.percentile(array, p)) if array.size else None
 
 
-def bootstrap_means(values: np.ndarray, rng: np.random.Generator, num_resamples: int) -> np.ndarray:
-    """Means of `num_resamples` resamples (with replacement) of `values`."""
-    return np.concatenate([block.mean(axis=1) for block in resample_blocks(values, rng, num_resamples, _CHUNK_CELLS)])
+def conversation_means(clusters: list[list[float]], rng: np.random.Generator, num_resamples: int) -> np.ndarray:
+    """Means of `num_resamples` resamples (with replacement) of the conversations `clusters`, each mean
+    pooling the values of the conversations drawn (module rules)."""
+    sums, counts = cluster_resamples(clusters, rng, num_resamples)
+    return sums / counts
 
 
 def interval(samples: np.ndarray) -> tuple[float, float]:
@@ -175,11 +175,19 @@ class ArmStats(BaseModel):
     cost_note: str
 
 
-def spread(values: list[float], scale: float, rng: np.random.Generator | None, num_resamples: int) -> Spread | None:
+def spread(values: list[float], scale: float, rng: np.random.Generator | None, num_resamples: int,
+           keys: list | None = None) -> Spread | None:
+    """Mean and percentiles of `values` * scale; with `rng`, the mean's interval resampling the
+    conversations `keys` names (one per value; None: every value its own)."""
     if not values:
         return None
     array = np.asarray(values, dtype=float) * scale
-    ci = interval(bootstrap_means(array, rng, num_resamples)) if rng is not None and array.size > 1 else None
+    clusters: dict = defaultdict(list)
+    for i, value in enumerate(array):
+        clusters[keys[i] if keys is not None else i].append(float(value))
+    ci = None
+    if rng is not None and len(clusters) > 1:
+        ci = interval(conversation_means(list(clusters.values()), rng, num_resamples))
     return Spread(num_values=array.size, mean=float(array.mean()), p50=percentile(array, 50),
                   p95=percentile(array, 95), p99=percentile(array, 99), mean_ci=ci)
 
@@ -231,11 +239,6 @@ def labelled_latencies(done: list[RunRecord]) -> dict[str, tuple[list[float], li
     return columns
 
 
-def latency_columns(done: list[RunRecord]) -> dict[str, list[float]]:
-    """Per-request latencies in ms of completed records: TTFT, its split by Server-Timing, e2e."""
-    return {metric: values for metric, (values, _) in labelled_latencies(done).items()}
-
-
 def arm_stats(name: str, records: list[RunRecord], *, prices: dict[str, PoolPrice] | None,
               run_span_s: float | None, rng: np.random.Generator | None, num_resamples: int) -> ArmStats:
     done = [r for r in records if r.ok]
@@ -244,17 +247,20 @@ def arm_stats(name: str, records: list[RunRecord], *, prices: dict[str, PoolPric
     tokens = np.asarray([r.output_tokens or 0 for r in done], dtype=float)
     throughput = float(tokens.sum()) / span_s if span_s else None
     throughput_ci = None
-    if throughput is not None and rng is not None and tokens.size > 1:
-        throughput_ci = interval(bootstrap_means(tokens, rng, num_resamples) * tokens.size / span_s)
+    token_clusters = conversation_values(done, lambda r: r.output_tokens or 0)
+    if throughput is not None and rng is not None and len(token_clusters) > 1:
+        throughput_ci = interval(cluster_resamples(token_clusters, rng, num_resamples)[0] / span_s)
     prompts = [r.prompt_tokens for r in done if r.prompt_tokens is not None]
     accept = [r.accept_length for r in done if r.accept_length is not None]
     acceptance = None
     if accept:
         a = np.asarray(accept, dtype=float)
-        ci = interval(bootstrap_means(a, rng, num_resamples)) if rng is not None and a.size > 1 else None
+        clusters = conversation_values(done, lambda r: r.accept_length)
+        ci = interval(conversation_means(clusters, rng, num_resamples)) if rng is not None and len(clusters) > 1 else None
         acceptance = Acceptance(num_requests=a.size, mean=float(a.mean()), p10=percentile(a, 10),
                                 p50=percentile(a, 50), p90=percentile(a, 90), mean_ci=ci)
-    latency = latency_columns(done)
+    latency = labelled_latencies(done)
+    rates = [((r.output_tokens or 0) / r.e2e_s, conversation_key(r, i)) for i, r in enumerate(done) if r.e2e_s]
     pools = sorted({r.pool for r in records if r.pool}) or [name]
     cost, per_request, note = arm_cost(pools, prices, run_span_s, len(done))
     return ArmStats(
@@ -263,13 +269,12 @@ def arm_stats(name: str, records: list[RunRecord], *, prices: dict[str, PoolPric
         span_s=span_s, output_tokens=int(tokens.sum()), output_tok_per_s=throughput,
         output_tok_per_s_ci=throughput_ci,
         prompt_tokens_mean=float(np.mean(prompts)) if prompts else None,
-        request_output_tok_per_s=spread([(r.output_tokens or 0) / r.e2e_s for r in done if r.e2e_s], 1.0,
-                                        rng, num_resamples),
-        ttft_ms=spread(latency["ttft_ms"], 1.0, rng, num_resamples),
-        ttft_replica_ms=spread(latency["ttft_replica_ms"], 1.0, None, num_resamples),
-        ttft_outside_ms=spread(latency["ttft_outside_ms"], 1.0, None, num_resamples),
+        request_output_tok_per_s=spread([v for v, _ in rates], 1.0, rng, num_resamples, [k for _, k in rates]),
+        ttft_ms=spread(latency["ttft_ms"][0], 1.0, rng, num_resamples, latency["ttft_ms"][1]),
+        ttft_replica_ms=spread(latency["ttft_replica_ms"][0], 1.0, None, num_resamples),
+        ttft_outside_ms=spread(latency["ttft_outside_ms"][0], 1.0, None, num_resamples),
         itl_ms=spread([gap for r in done for gap in (r.itl_s or [])], 1e3, None, num_resamples),
-        e2e_ms=spread(latency["e2e_ms"], 1.0, rng, num_resamples),
+        e2e_ms=spread(latency["e2e_ms"][0], 1.0, rng, num_resamples, latency["e2e_ms"][1]),
         acceptance=acceptance, cost_usd=cost, cost_per_completed_usd=per_request, cost_note=note,
     )
 

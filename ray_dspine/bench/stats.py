@@ -27,6 +27,11 @@ Rules:
   [1 x 10] and [3 x 10] against a treatment of 2 everywhere: each baseline resample's mean is 1, 2 or 3
   (probability 1/4, 1/2, 1/4), so the 95% interval on the ratio is [2/3, 2]; drawn by turn it would be
   far narrower around 1.
+- Cluster bootstrap on a mean (an arm's own interval, a cluster per conversation): resample the
+  clusters with replacement B times; a resample's mean pools the values of the clusters drawn; take
+  the percentiles of the B means. With one value per cluster this is the mean bootstrap above.
+  Example: clusters [1 x 10] and [3 x 10]: each resample's mean is 1, 2 or 3 (probability 1/4, 1/2,
+  1/4), so the 95% interval is [1, 3]; drawn value by value it would be far narrower around 2.
 Parameters: B = num_resamples (>= 1, default 1,000); confidence c in (0, 1), default 0.95; the
 random generator is passed in (`numpy.random.Generator`) so results are reproducible.
 Complexity: O(B * n) time, O(B) memory plus one n-row block of indices at a time.
@@ -216,6 +221,31 @@ def cluster_resamples(
         total_sums.append(sums[chosen].sum(axis=1))
         total_counts.append(counts[chosen].sum(axis=1))
     return np.concatenate(total_sums), np.concatenate(total_counts)
+
+
+def cluster_mean_ci(
+    clusters: Sequence[Sequence[float]],
+    rng: np.random.Generator,
+    *,
+    num_resamples: int = 1000,
+    confidence: float = 0.95,
+) -> ConfidenceInterval:
+    """Cluster-bootstrap interval on the mean of all values, a list of clusters of values (rule above);
+    empty clusters are ignored."""
+    _check(confidence, num_resamples)
+    kept = [list(c) for c in clusters if len(c)]
+    if not kept:
+        raise ValueError("cluster bootstrap needs a non-empty cluster")
+    means = np.divide(*cluster_resamples(kept, rng, num_resamples))
+    tail = (1.0 - confidence) / 2.0 * 100.0
+    low, high = np.percentile(means, [tail, 100.0 - tail], method="linear")
+    return ConfidenceInterval(
+        estimate=sum(map(sum, kept)) / sum(map(len, kept)),
+        low=float(low),
+        high=float(high),
+        confidence=confidence,
+        num_resamples=num_resamples,
+    )
 
 
 def cluster_ratio_ci(

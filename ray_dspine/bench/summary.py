@@ -13,15 +13,16 @@ Rules (ok = finished without error; failed requests count only in the error figu
 - Acceptance length per request = usage.accept_length (requests without it are left out): p10, p50,
   p90, mean; `token_weighted` = sum(output tokens) / sum(verify steps) over requests that report both;
   `histogram` = element-wise sum of accept_histogram (index k: verify steps that produced k+1 tokens).
-- Bootstrap 95% CIs (stats.py) on the means of TTFT, TPOT, E2E, acceptance length and per-request
-  output rate (output_tokens / e2e); with two or more arms, CIs on `mean(arm) / mean(baseline)` for
-  the same metrics (`arm_ratios`), by the cluster bootstrap of stats.py with a cluster per conversation
-  of a repetition (session_id, repetition): a sticky split assigns whole conversations to arms, and a
-  conversation's turns share its growing prompt, so the interval must carry which conversations each
-  arm drew. The baseline is `baseline_arm` if given, else an arm named "autoregressive",
-  "baseline" or "control" if present, else the first arm in sorted order. Only arms with an ok request
-  take part; requests that came back without an arm header (e.g. refused before routing) are grouped
-  under "(none)" and never compared.
+- Bootstrap 95% CIs on the means of TTFT, TPOT, E2E, acceptance length and per-request output rate
+  (output_tokens / e2e), overall, per arm and per class (`mean_ci`); with two or more arms, CIs on
+  `mean(arm) / mean(baseline)` for the same metrics (`arm_ratios`). Both by the cluster bootstrap of
+  stats.py with a cluster per conversation of a repetition (session_id, repetition; a record without
+  session_id is its own): a sticky split assigns whole conversations to arms, and a conversation's
+  turns share its growing prompt, so the interval must carry which conversations each arm drew. The
+  baseline is `baseline_arm` if given, else an arm named "autoregressive", "baseline" or "control" if
+  present, else the first arm in sorted order. Only arms with an ok request take part; requests that
+  came back without an arm header (e.g. refused before routing) are grouped under "(none)" and never
+  compared.
 - Paired ratios (`paired_ratios`), when the same trace request was answered on two arms (a replay with
   `each_pool` sends every conversation to every pool): for each arm against the baseline, over the
   (trace request, repetition) keys answered ok on both, `p50(arm) / p50(baseline)` and
@@ -45,7 +46,7 @@ from .records import RequestRecord
 from .stats import (
     ConfidenceInterval,
     Distribution,
-    bootstrap_mean_ci,
+    cluster_mean_ci,
     cluster_ratio_ci,
     describe,
     paired_cluster_ratio_ci,
@@ -251,9 +252,9 @@ def summarize_group(
     split = [r for r in ok if r.ttft_outside_replica_s is not None]  # answers with a Server-Timing `replica`
     mean_ci = {}
     for name, metric in METRICS.items():
-        values = _values(ok, metric)
-        if values:
-            mean_ci[name] = bootstrap_mean_ci(values, rng, num_resamples=num_resamples, confidence=confidence)
+        clusters = conversation_values(ok, metric)
+        if clusters:
+            mean_ci[name] = cluster_mean_ci(clusters, rng, num_resamples=num_resamples, confidence=confidence)
     return GroupSummary(
         num_requests=len(records),
         num_ok=len(ok),

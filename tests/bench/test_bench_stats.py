@@ -6,6 +6,7 @@ import pytest
 from ray_dspine.bench.stats import (
     bootstrap_mean_ci,
     bootstrap_ratio_ci,
+    cluster_mean_ci,
     cluster_ratio_ci,
     describe,
     mean,
@@ -84,6 +85,20 @@ def test_rule_cluster_ratio_resamples_whole_conversations():
     # the interval on the ratio stays within about [0.8, 1.3].
     by_turn = bootstrap_ratio_ci(sum(baseline, []), sum(treatment, []), np.random.default_rng(0), num_resamples=2000)
     assert 0.75 < by_turn.low < 1.0 < by_turn.high < 1.35
+
+
+def test_rule_cluster_mean_resamples_whole_clusters():
+    # Clusters [1 x 10] and [3 x 10]: a resample's mean is 1, 2 or 3 (probability 1/4, 1/2, 1/4), so the
+    # 2.5th and 97.5th percentiles sit in the two 25% masses: [1, 3].
+    ci = cluster_mean_ci([[1.0] * 10, [3.0] * 10], np.random.default_rng(0), num_resamples=2000)
+    assert (ci.estimate, ci.low, ci.high) == pytest.approx((2.0, 1.0, 3.0))
+    # the same 20 values one by one: standard error 1 / sqrt(20) = 0.22, interval within about [1.5, 2.5]
+    by_value = bootstrap_mean_ci([1.0] * 10 + [3.0] * 10, np.random.default_rng(0), num_resamples=2000)
+    assert 1.5 < by_value.low < 2.0 < by_value.high < 2.5
+    # one value per cluster is the mean bootstrap; empty clusters are ignored; none at all is an error
+    assert cluster_mean_ci([[4.0], [], [4.0]], np.random.default_rng(0), num_resamples=50).high == 4.0
+    with pytest.raises(ValueError):
+        cluster_mean_ci([[]], np.random.default_rng(0))
 
 
 def test_cluster_ratio_one_value_per_cluster_and_errors():

@@ -68,6 +68,18 @@ def test_rule_summary_ratios_against_baseline():
     assert s.overall.mean_ci["ttft_s"].estimate == pytest.approx(0.25)
 
 
+def test_rule_summary_mean_intervals_resample_conversations():
+    # Two conversations of 10 turns, TTFT 1 s in one and 3 s in the other: a resample's mean is 1, 2 or 3 s
+    # (probability 1/4, 1/2, 1/4), so the interval is [1, 3]; turn by turn it would hug 2 s.
+    turns = []
+    for c, ttft in (("s0", 1.0), ("s1", 3.0)):
+        for t in range(10):
+            record = _record(f"{c}-{t}", "dspine", ttft, ttft + 1.0, 5)
+            turns.append(record.model_copy(update={"session_id": c, "turn_index": t}))
+    ci = summarize(turns, wall_s=10.0, num_resamples=2000).by_arm["dspine"].mean_ci["ttft_s"]
+    assert (ci.estimate, ci.low, ci.high) == pytest.approx((2.0, 1.0, 3.0))
+
+
 def test_single_arm_has_no_ratios_and_records_round_trip(tmp_path):
     s = summarize(RECORDS[:2], wall_s=0.0, num_resamples=10)
     assert s.arm_ratios == [] and s.baseline_arm is None

@@ -13,9 +13,9 @@ import pytest
 from ray_dspine.bench.ab_report import (
     PoolPrice,
     RunRecord,
-    bootstrap_means,
     build_report,
     choose_baseline,
+    conversation_means,
     interval,
     percentile,
 )
@@ -182,12 +182,33 @@ def test_rule_grouping_by_arm_then_pool_and_baseline_choice(tmp_path):
 
 
 def test_rule_bootstrap_seeded_and_brackets_the_mean():
-    values = np.asarray([1.0, 2.0, 3.0, 4.0, 10.0])
-    first = interval(bootstrap_means(values, np.random.default_rng(7), 2000))
-    again = interval(bootstrap_means(values, np.random.default_rng(7), 2000))
-    assert first == again and first[0] < values.mean() < first[1]
-    assert interval(bootstrap_means(np.full(5, 3.0), np.random.default_rng(0), 500)) == (3.0, 3.0)
-    assert bootstrap_means(values, np.random.default_rng(0), 1234).shape == (1234,)
+    values = [[1.0], [2.0], [3.0], [4.0], [10.0]]  # one value per conversation: the plain mean bootstrap
+    first = interval(conversation_means(values, np.random.default_rng(7), 2000))
+    again = interval(conversation_means(values, np.random.default_rng(7), 2000))
+    assert first == again and first[0] < 4.0 < first[1]
+    assert interval(conversation_means([[3.0]] * 5, np.random.default_rng(0), 500)) == (3.0, 3.0)
+    assert conversation_means(values, np.random.default_rng(0), 1234).shape == (1234,)
+
+
+def test_rule_an_arm_s_own_intervals_resample_whole_conversations(tmp_path):
+    # Two conversations of 10 turns: TTFT 1 s in one, 3 s in the other. A resample draws two conversations:
+    # its mean TTFT is 1, 2 or 3 s with probability 1/4, 1/2, 1/4, so the 95% interval is [1000, 3000] ms.
+    # Drawn turn by turn (20 independent values) it would be far narrower around 2000 ms. The same for e2e
+    # (2 s and 6 s), output throughput (10 and 30 tokens a turn over the arm's 100 s span: 2 or 4 or 6
+    # tokens/s) and acceptance (1 and 3).
+    records = [
+        _record("a", "spec", "speculative", i, 100 if i == 0 else i + 1, 10 + 20 * c, 1.0 + 2 * c, 2.0 + 4 * c,
+                accept=1.0 + 2 * c, session_id=f"s{c}", repetition=0)
+        for c in (0, 1) for i in range(10)
+    ]
+    (arm,) = _report(tmp_path, records, config=False).arms
+    assert arm.ttft_ms.mean == pytest.approx(2000.0) and arm.ttft_ms.mean_ci == pytest.approx((1000.0, 3000.0))
+    assert arm.e2e_ms.mean_ci == pytest.approx((2000.0, 6000.0))
+    assert arm.output_tok_per_s == pytest.approx(4.0) and arm.output_tok_per_s_ci == pytest.approx((2.0, 6.0))
+    assert arm.acceptance.mean_ci == pytest.approx((1.0, 3.0))
+    # without session ids every turn is its own conversation: the interval narrows around 2000 ms
+    alone = _report(tmp_path / "alone", [{**r, "session_id": None} for r in records], config=False).arms[0]
+    assert 1500.0 < alone.ttft_ms.mean_ci[0] < 2000.0 < alone.ttft_ms.mean_ci[1] < 2500.0
 
 
 def test_tolerant_loader_accepts_replay_field_names():
