@@ -37,6 +37,8 @@ reference is each prompt decoded alone (unbatched, concurrency 1); a cell's gree
 the requests whose text differs from it. In fp32 (the default) the unbatched cells must have none;
 in bf16 a block verify rounds differently from shorter blocks, so timing-dependent draft lengths
 alone can change a greedy token and even the unbatched cells may count some.
+Receipt: with `--json` the result opens with `command_line`, `device_name` (the CPU's model name and the
+cores this process may use) and `git` (commit and dirty flag of the checkout).
 """
 
 from __future__ import annotations

@@ -92,6 +92,19 @@ def test_packed_forward_matches_each_request_alone(tiny, cache_class):
     assert torch.allclose(caches[1].layers[0].keys, alone[1][1].layers[0].keys[:, :, :4], atol=1e-5)
 
 
+def test_a_packed_forward_of_one_request_gives_the_model_s_own_logits_bit_for_bit(tiny):
+    # One request: the same projections over the same rows; attention reads the 2 key/value heads in place
+    # where the model's own forward copies them out to the 4 query heads. Same values, same order.
+    model = tiny.model
+    for feed in ([20], [21, 22, 23, 24, 25]):
+        cache, reference = _prefilled(model, [1, 2, 3, 4, 5, 6, 7]), _prefilled(model, [1, 2, 3, 4, 5, 6, 7])
+        with torch.inference_mode():
+            (packed,) = forward_packed(model, [cache], [feed])
+            alone = model(input_ids=torch.tensor([feed]), past_key_values=reference, use_cache=True).logits[0]
+        assert torch.equal(packed, alone)
+        assert torch.equal(cache.layers[1].keys, reference.layers[1].keys)
+
+
 def _engine(tiny, **overrides):
     config = dict(dtype="fp32", context_length_tokens=256, kv_budget_tokens=2048, prefix_block_tokens=8)
     config.update(overrides)

@@ -9,7 +9,7 @@ update writes over them). `keys` and `values` are always the views of [0, length
 Why: transformers' DynamicLayer concatenates on every update, so every step copies every held
 position of every layer, a cost that grows with the context, which an agent's conversation makes long;
 here appending n positions copies O(n) in all. On the engine's CPU model, a one-token step behind 3,000
-positions took 54.1 ms with the copying cache and 45.0 ms with this one (docs/results/embedded-engine.md).
+positions took 60.4 ms with the copying cache and 48.3 ms with this one (docs/results/embedded-engine.md).
 Capacity: a request's cache starts with the positions its admission reserved (prompt, max_tokens and
 one verify block; `Sequence.kv_capacity`), so it never moves in the common case; the buffers are
 allocated, not written, so memory is touched only as positions are written.

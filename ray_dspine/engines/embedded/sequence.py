@@ -13,7 +13,7 @@ packed forward: `propose`, `choose_draft`, `finish_verify`, `drop_rejected`, `em
 request too, so its attention reads the cache's key/value heads as they are (batch.py rule `segment`):
 transformers' sdpa path copies them out to every query head whenever a block of more than one token
 comes with a mask, a copy of the whole cache per layer. The logits are the same bits; on the engine's
-CPU model a 9-token verify block behind 3,000 cached tokens took 88.7 ms instead of 105.9 ms (MEASURED,
+CPU model a 9-token verify block behind 3,000 cached tokens took 90.4 ms instead of 114.1 ms (MEASURED,
 fp32, docs/results/embedded-engine.md). A one-token step (no draft) and prefill chunks keep the model's
 own forward: no copy is made for one token, and a chunk gains nothing measurable.
 """
