@@ -115,6 +115,15 @@ def _check(confidence: float, num_resamples: int) -> None:
         raise ValueError(f"num_resamples must be >= 1, got {num_resamples}")
 
 
+def _interval(estimate: float, draws: np.ndarray, confidence: float, num_resamples: int) -> ConfidenceInterval:
+    """The percentile-bootstrap interval: the (1 - c)/2 and (1 + c)/2 percentiles of the resampled `draws`."""
+    tail = (1.0 - confidence) / 2.0 * 100.0
+    low, high = np.percentile(draws, [tail, 100.0 - tail], method="linear")
+    return ConfidenceInterval(
+        estimate=estimate, low=float(low), high=float(high), confidence=confidence, num_resamples=num_resamples
+    )
+
+
 def bootstrap_mean_ci(
     values: Sequence[float], rng: np.random.Generator, *, num_resamples: int = 1000, confidence: float = 0.95
 ) -> ConfidenceInterval:
@@ -123,12 +132,7 @@ def bootstrap_mean_ci(
     x = np.asarray(values, dtype=float)
     if not len(x):
         raise ValueError("bootstrap of an empty sequence")
-    means = _resampled_means(x, rng, num_resamples)
-    tail = (1.0 - confidence) / 2.0 * 100.0
-    low, high = np.percentile(means, [tail, 100.0 - tail], method="linear")
-    return ConfidenceInterval(
-        estimate=float(x.mean()), low=float(low), high=float(high), confidence=confidence, num_resamples=num_resamples
-    )
+    return _interval(float(x.mean()), _resampled_means(x, rng, num_resamples), confidence, num_resamples)
 
 
 def paired_cluster_ratio_ci(
@@ -168,11 +172,7 @@ def paired_cluster_ratio_ci(
             draws.append(value)
     if not draws:
         raise ValueError("paired bootstrap: the baseline's statistic is 0 in every resample")
-    tail = (1.0 - confidence) / 2.0 * 100.0
-    low, high = np.percentile(np.asarray(draws), [tail, 100.0 - tail], method="linear")
-    return ConfidenceInterval(
-        estimate=estimate, low=float(low), high=float(high), confidence=confidence, num_resamples=num_resamples
-    )
+    return _interval(estimate, np.asarray(draws), confidence, num_resamples)
 
 
 def bootstrap_ratio_ci(
@@ -194,16 +194,7 @@ def bootstrap_ratio_ci(
     means_a = _resampled_means(a, rng, num_resamples)
     means_b = _resampled_means(b, rng, num_resamples)
     keep = means_a != 0.0
-    ratios = means_b[keep] / means_a[keep]
-    tail = (1.0 - confidence) / 2.0 * 100.0
-    low, high = np.percentile(ratios, [tail, 100.0 - tail], method="linear")
-    return ConfidenceInterval(
-        estimate=float(b.mean() / a.mean()),
-        low=float(low),
-        high=float(high),
-        confidence=confidence,
-        num_resamples=num_resamples,
-    )
+    return _interval(float(b.mean() / a.mean()), means_b[keep] / means_a[keep], confidence, num_resamples)
 
 
 def cluster_resamples(
@@ -237,15 +228,7 @@ def cluster_mean_ci(
     if not kept:
         raise ValueError("cluster bootstrap needs a non-empty cluster")
     means = np.divide(*cluster_resamples(kept, rng, num_resamples))
-    tail = (1.0 - confidence) / 2.0 * 100.0
-    low, high = np.percentile(means, [tail, 100.0 - tail], method="linear")
-    return ConfidenceInterval(
-        estimate=sum(map(sum, kept)) / sum(map(len, kept)),
-        low=float(low),
-        high=float(high),
-        confidence=confidence,
-        num_resamples=num_resamples,
-    )
+    return _interval(sum(map(sum, kept)) / sum(map(len, kept)), means, confidence, num_resamples)
 
 
 def cluster_ratio_ci(
@@ -269,13 +252,5 @@ def cluster_ratio_ci(
     means_a = np.divide(*cluster_resamples(a, rng, num_resamples))
     means_b = np.divide(*cluster_resamples(b, rng, num_resamples))
     keep = means_a != 0.0
-    ratios = means_b[keep] / means_a[keep]
-    tail = (1.0 - confidence) / 2.0 * 100.0
-    low, high = np.percentile(ratios, [tail, 100.0 - tail], method="linear")
-    return ConfidenceInterval(
-        estimate=float((sum(map(sum, b)) / sum(map(len, b))) / mean_a),
-        low=float(low),
-        high=float(high),
-        confidence=confidence,
-        num_resamples=num_resamples,
-    )
+    estimate = float((sum(map(sum, b)) / sum(map(len, b))) / mean_a)
+    return _interval(estimate, means_b[keep] / means_a[keep], confidence, num_resamples)
