@@ -25,7 +25,9 @@ Rules (times in ms; every request holds L cached tokens):
                alternate between the variants so machine noise hits them alike; a variant's gain uses
                its own t(1, q); and, for n = 1 (`--alone`), the engine's step alone (above) and the
                model's own forward on the request's cache for every q (transformers' sdpa, which copies
-               the key/value heads out to every query head for a block of q >= 2 tokens).
+               the key/value heads out to every query head for a block of q >= 2 tokens); and with each
+               attention asked for (`--attention`): the engine's per-request attention (segment) and rule
+               `row exact`'s one query row at a time (row, config row_exact, bf16 only).
 Parameters: every n >= 1 (n = 1 is always timed, as the reference), every q >= 1, L >= 0, R >= 1,
 threads >= 1.
 Complexity: O(variants * sum over (n, q) of R * n * (q + L)) forward work; one cache of L tokens per request
@@ -48,11 +50,14 @@ def batching_gain(t_alone_ms: float, t_packed_ms: float, requests: int) -> float
     return requests * t_alone_ms / t_packed_ms
 
 
-def variant_name(layout: str, kind: str, alone: str, layouts: tuple, alones: tuple) -> str:
-    """The cache kind, prefixed by the weights layout and suffixed by the way of a step alone when more than
-    one of those is timed: `slab`, `packed-slab`, `slab-model`."""
+def variant_name(
+    layout: str, kind: str, alone: str, layouts: tuple, alones: tuple, attention: str = "segment",
+    attentions: tuple = ("segment",),
+) -> str:
+    """The cache kind, prefixed by the weights layout and suffixed by the way of a step alone and the attention
+    when more than one of those is timed: `slab`, `packed-slab`, `slab-model`, `packed-slab-row`."""
     parts = ([layout] if layouts != ("plain",) else []) + [kind] + ([alone] if len(alones) > 1 else [])
-    return "-".join(parts)
+    return "-".join(parts + ([attention] if len(attentions) > 1 else []))
 
 
 def make_cache(kind: str, capacity: int):
@@ -69,15 +74,15 @@ def make_cache(kind: str, capacity: int):
 
 
 def time_packed(
-    variants: list[tuple[str, object, str, str]],
+    variants: list[tuple[str, object, str, str, bool]],
     requests: list[int],
     feeds: list[int],
     cached: int,
     repeats: int,
     progress,
 ) -> dict:
-    """t(name, n, q) in ms for every variant (name, model, cache kind, step alone: "engine" or "model"), n in
-    `requests` and q in `feeds`
+    """t(name, n, q) in ms for every variant (name, model, cache kind, step alone: "engine" or "model", rule
+    `row exact`: True or False), n in `requests` and q in `feeds`
     (rule above); call on the compute thread. Each cell's repeats alternate between the variants."""
     import torch
 
@@ -87,7 +92,7 @@ def time_packed(
     prefixes = [torch.randint(100, 1000, (1, cached), generator=generator) for _ in range(max(requests))]
     caches = {}
     with torch.inference_mode():
-        for name, model, kind, _alone in variants:
+        for name, model, kind, _alone, _row_exact in variants:
             caches[name] = []
             for prefix in prefixes:
                 cache = make_cache(kind, cached + max(feeds))
@@ -100,14 +105,14 @@ def time_packed(
                 step = [[5] * q for _ in range(n)]
                 samples: dict[str, list[float]] = {name: [] for name, *_rest in variants}
                 for _ in range(repeats + 1):
-                    for name, model, _kind, alone in variants:
+                    for name, model, _kind, alone, row_exact in variants:
                         held = caches[name][:n]
                         started = time.perf_counter()
                         if n == 1 and (alone == "model" or q == 1):
                             ids = torch.tensor(step)
                             model(input_ids=ids, past_key_values=held[0], use_cache=True, logits_to_keep=0)
                         else:
-                            forward_packed(model, held, step)
+                            forward_packed(model, held, step, row_exact=row_exact)
                         for cache in held:
                             cache.crop(-q)
                         samples[name].append((time.perf_counter() - started) * 1000)
@@ -157,6 +162,12 @@ def main(argv: list[str] | None = None) -> int:
         "engine (a packed forward of one request, as the engine runs it) and model (the model's own forward, "
         "transformers' sdpa) (default engine)",
     )
+    parser.add_argument(
+        "--attention",
+        default="segment",
+        help="comma-separated attentions to time, each cell alternating between them: segment (the engine's, one "
+        "call per request) and row (rule `row exact`, one call per query row; bf16) (default segment)",
+    )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args(argv)
     requests = sorted({1, *_ints(args.requests, "--requests", parser)})
@@ -174,11 +185,17 @@ def main(argv: list[str] | None = None) -> int:
     alones = tuple(dict.fromkeys(a.strip() for a in args.alone.split(",") if a.strip()))
     if not alones or any(a not in ("engine", "model") for a in alones):
         parser.error("--alone takes engine, model or both, comma-separated")
+    attentions = tuple(dict.fromkeys(a.strip() for a in args.attention.split(",") if a.strip()))
+    if not attentions or any(a not in ("segment", "row") for a in attentions):
+        parser.error("--attention takes segment, row or both, comma-separated")
+    if "row" in attentions and args.dtype != "bf16":
+        parser.error("--attention row is the engine's row_exact, which is bf16 only: add --dtype bf16")
     names = {
-        (layout, kind, alone): variant_name(layout, kind, alone, layouts, alones)
+        (layout, kind, alone, attention): variant_name(layout, kind, alone, layouts, alones, attention, attentions)
         for layout in layouts
         for kind in kinds
         for alone in alones
+        for attention in attentions
     }
 
     from ray_dspine.engines.embedded import compute
@@ -191,7 +208,10 @@ def main(argv: list[str] | None = None) -> int:
             layout: load_model(EmbeddedEngineConfig(dtype=args.dtype, packed_weights=layout == "packed")).model
             for layout in layouts
         }
-        variants = [(name, models[layout], kind, alone) for (layout, kind, alone), name in names.items()]
+        variants = [
+            (name, models[layout], kind, alone, attention == "row")
+            for (layout, kind, alone, attention), name in names.items()
+        ]
         progress = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
         return time_packed(variants, requests, feeds, args.cached, args.repeats, progress)
 
@@ -201,12 +221,13 @@ def main(argv: list[str] | None = None) -> int:
             "weights": layout,
             "cache": kind,
             "alone": alone,
+            "attention": attention,
             "requests": n,
             "tokens": q,
             "t_ms": round(times[name, n, q], 1),
             "gain": round(batching_gain(times[name, 1, q], times[name, n, q], n), 2),
         }
-        for (layout, kind, alone), name in names.items()
+        for (layout, kind, alone, attention), name in names.items()
         for n in requests
         for q in feeds
     ]
@@ -220,17 +241,21 @@ def main(argv: list[str] | None = None) -> int:
         "caches": list(kinds),
         "weights": list(layouts),
         "alone": list(alones),
+        "attention": list(attentions),
         "cells": cells,
     }
     if args.json:
         print(json.dumps(result, indent=1))
         return 0
     print(f"MEASURED, {args.dtype}, {args.threads} thread(s), {args.cached} cached tokens per request:")
-    print(f"  {'weights':>7} {'cache':>7} {'alone':>6} {'requests':>8} {'tokens each':>11} {'ms/forward':>10} {'gain':>6}")
+    print(
+        f"  {'weights':>7} {'cache':>7} {'alone':>6} {'attention':>9} {'requests':>8} {'tokens each':>11} "
+        f"{'ms/forward':>10} {'gain':>6}"
+    )
     for c in cells:
         print(
-            f"  {c['weights']:>7} {c['cache']:>7} {c['alone']:>6} {c['requests']:>8} {c['tokens']:>11} "
-            f"{c['t_ms']:>10} {c['gain']:>6}"
+            f"  {c['weights']:>7} {c['cache']:>7} {c['alone']:>6} {c['attention']:>9} {c['requests']:>8} "
+            f"{c['tokens']:>11} {c['t_ms']:>10} {c['gain']:>6}"
         )
     return 0
 

@@ -37,6 +37,9 @@ reference is each prompt decoded alone (unbatched, concurrency 1); a cell's gree
 the requests whose text differs from it. In fp32 (the default) the unbatched cells must have none;
 in bf16 a block verify rounds differently from shorter blocks, so timing-dependent draft lengths
 alone can change a greedy token and even the unbatched cells may count some.
+`--row-exact`: every bf16 engine of the bench (serving dtype or the identity run) runs with config
+`row_exact` (batch.py rule `row exact`), so `bf16_greedy_mismatches` and the bf16 batching cells count
+what is left of bf16's mismatches under it (`bf16_row_exact` in the result says which ran).
 Receipt: with `--json` the result opens with `command_line`, `device_name` (the CPU's model name and the
 cores this process may use) and `git` (commit and dirty flag of the checkout).
 """
@@ -133,13 +136,22 @@ def _engine(config: EmbeddedEngineConfig, loaded) -> EmbeddedEngine:
     return EmbeddedEngine(config, loader=lambda _config: loaded)
 
 
+def _config(dtype: str, row_exact: bool, **fields) -> EmbeddedEngineConfig:
+    """The bench's engine settings in `dtype`; `row_exact` applies to bf16 only (fp32 runs as it is)."""
+    return EmbeddedEngineConfig(dtype=dtype, row_exact=row_exact and dtype == "bf16", **fields)
+
+
 async def _run_dtype(
-    dtype: str, prompts: list[dict], max_tokens: int, num_draft_tokens: int, peer_tokens: int | None, progress
+    dtype: str,
+    prompts: list[dict],
+    max_tokens: int,
+    num_draft_tokens: int,
+    peer_tokens: int | None,
+    progress,
+    row_exact: bool = False,
 ):
     """Our AR and speculative engines on every prompt, and the peer at `peer_tokens` (None: no peer)."""
-    base = EmbeddedEngineConfig(
-        dtype=dtype, num_draft_tokens=num_draft_tokens, max_running_requests=1, prefix_reuse=False
-    )
+    base = _config(dtype, row_exact, num_draft_tokens=num_draft_tokens, max_running_requests=1, prefix_reuse=False)
     loaded = await compute.call(load_model, base)
     ar = _engine(base.model_copy(update={"speculative": False}), loaded)
     spec = _engine(base, loaded)
@@ -252,9 +264,9 @@ def _figures(serving: list[dict], fp32: list[dict], bf16: list[dict], dtype: str
     }
 
 
-async def _run_agent(dtype: str, num_draft_tokens: int, agent: dict, progress) -> dict:
+async def _run_agent(dtype: str, num_draft_tokens: int, agent: dict, progress, row_exact: bool = False) -> dict:
     conversations = load_conversations(agent["conversations"], agent["turns"], agent.get("traces_dir"))
-    base = EmbeddedEngineConfig(dtype=dtype, num_draft_tokens=num_draft_tokens)
+    base = _config(dtype, row_exact, num_draft_tokens=num_draft_tokens)
     loaded = await compute.call(load_model, base)
     result = await run_agent_scenario(
         loaded, base, conversations, tuple(agent["concurrency"]), agent["max_tokens"], progress
@@ -296,12 +308,12 @@ async def _batching_cell(engine: EmbeddedEngine, prompts: list[dict], max_tokens
     return texts, figures
 
 
-async def _run_batching(dtype: str, prompts: list[dict], max_tokens: int, num_draft_tokens: int, progress) -> dict:
+async def _run_batching(
+    dtype: str, prompts: list[dict], max_tokens: int, num_draft_tokens: int, progress, row_exact: bool = False
+) -> dict:
     """Batched vs unbatched engine at each BATCH_CONCURRENCY, same prompts (module docstring, `Batching`)."""
     top = max(BATCH_CONCURRENCY)
-    base = EmbeddedEngineConfig(
-        dtype=dtype, num_draft_tokens=num_draft_tokens, max_running_requests=top, prefix_reuse=False
-    )
+    base = _config(dtype, row_exact, num_draft_tokens=num_draft_tokens, max_running_requests=top, prefix_reuse=False)
     loaded = await compute.call(load_model, base)
     engines = {
         "batched": _engine(base, loaded),
@@ -359,19 +371,24 @@ def run_engine_bench(
     progress=None,
     agent: dict | None = None,
     peer_draft_tokens: int | None = None,
+    row_exact: bool = False,
 ) -> dict:
     """agent: {conversations, turns, max_tokens, concurrency: [..], traces_dir} or None to skip the scenario;
-    peer_draft_tokens None: the peer's tuned length in `dtype` (PEER_DRAFT_TOKENS)."""
+    peer_draft_tokens None: the peer's tuned length in `dtype` (PEER_DRAFT_TOKENS); row_exact: every bf16 engine
+    of the bench runs with config `row_exact` (fp32 ones as they are)."""
     progress = progress or (lambda message: print(message, file=sys.stderr, flush=True))
     if peer_draft_tokens is None:
         peer_draft_tokens = PEER_DRAFT_TOKENS[dtype]
     prompts = load_prompts(num_prompts)
-    serving = asyncio.run(_run_dtype(dtype, prompts, max_tokens, num_draft_tokens, peer_draft_tokens, progress))
+    serving = asyncio.run(
+        _run_dtype(dtype, prompts, max_tokens, num_draft_tokens, peer_draft_tokens, progress, row_exact)
+    )
     other_dtype = "bf16" if dtype == "fp32" else "fp32"
-    other = asyncio.run(_run_dtype(other_dtype, prompts, max_tokens, num_draft_tokens, None, progress))
+    other = asyncio.run(_run_dtype(other_dtype, prompts, max_tokens, num_draft_tokens, None, progress, row_exact))
     by_dtype = {dtype: serving, other_dtype: other}
     fp32, bf16 = by_dtype["fp32"], by_dtype["bf16"]
     result = _figures(serving, fp32, bf16, dtype)
+    result["bf16_row_exact"] = row_exact
     result[f"{other_dtype}_tokens_per_s"] = {"ar": _rate(other, "ar"), "spec": _rate(other, "spec")}
     result["max_tokens"] = max_tokens
     result["num_draft_tokens"] = num_draft_tokens
@@ -380,9 +397,11 @@ def run_engine_bench(
     for category in dict.fromkeys(p["category"] for p in prompts):
         pick = lambda rows: [r for r in rows if r["category"] == category]  # noqa: E731
         result["per_category"][category] = _figures(pick(serving), pick(fp32), pick(bf16), dtype)
-    result["concurrency"] = asyncio.run(_run_batching(dtype, prompts, max_tokens, num_draft_tokens, progress))
+    result["concurrency"] = asyncio.run(
+        _run_batching(dtype, prompts, max_tokens, num_draft_tokens, progress, row_exact)
+    )
     if agent is not None:
-        result["agent"] = asyncio.run(_run_agent(dtype, num_draft_tokens, agent, progress))
+        result["agent"] = asyncio.run(_run_agent(dtype, num_draft_tokens, agent, progress, row_exact))
     result["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     return result
 
@@ -407,6 +426,11 @@ def register(subparsers) -> None:
     parser.add_argument(
         "--dtype", choices=["bf16", "fp32"], default="fp32",
         help="serving dtype, timed against the peer (the other dtype runs too, for its greedy mismatches)",
+    )
+    parser.add_argument(
+        "--row-exact", action="store_true",
+        help="run every bf16 engine with row_exact (each token's logits the bits it gets decoded alone), so bf16's "
+        "greedy mismatches count what is left of them",
     )
     parser.add_argument(
         "--agent-conversations", type=int, default=4,
@@ -452,7 +476,7 @@ def _main(args) -> int:
         }
     result = run_engine_bench(
         args.prompts, args.max_tokens, args.num_draft_tokens, args.dtype, agent=agent,
-        peer_draft_tokens=args.peer_draft_tokens,
+        peer_draft_tokens=args.peer_draft_tokens, row_exact=args.row_exact,
     )
     if args.json:  # a receipt: what ran, on which machine, at which commit
         provenance = {
@@ -481,9 +505,14 @@ def _main(args) -> int:
     _print_batching(result["concurrency"])
     if "agent" in result:
         _print_agent(result["agent"])
+    bf16 = "bf16 row exact" if result["bf16_row_exact"] else "bf16"
     print(
-        f"peak RSS {result['peak_rss_mb']} MB; throughput in {args.dtype}, identity in fp32; drafts of at most "
-        f"{result['num_draft_tokens']} tokens (ours) and {result['peer_draft_tokens']} (peer)"
+        f"greedy output speculative vs autoregressive: fp32 {result['greedy_identical']}/{result['prompts']} "
+        f"identical, {bf16} {result['bf16_greedy_mismatches']} mismatches"
+    )
+    print(
+        f"peak RSS {result['peak_rss_mb']} MB; throughput in {bf16 if args.dtype == 'bf16' else 'fp32'}, identity "
+        f"in fp32; drafts of at most {result['num_draft_tokens']} tokens (ours) and {result['peer_draft_tokens']} (peer)"
     )
     return 0
 

@@ -278,9 +278,9 @@ def _spy_forwards(monkeypatch):
 
     calls = []
 
-    def spy(model, caches, feeds, logit_rows=None):
+    def spy(model, caches, feeds, logit_rows=None, row_exact=False):
         calls.append(([len(f) for f in feeds], list(logit_rows) if logit_rows is not None else None))
-        return forward_packed(model, caches, feeds, logit_rows)
+        return forward_packed(model, caches, feeds, logit_rows, row_exact)
 
     monkeypatch.setattr(engine_module, "forward_packed", spy)
     return calls

@@ -28,6 +28,17 @@ costs sum_i q_i * (L_i + q_i) scores instead of T * (L_1 + ... + L_n + T) under 
 request's cache is copied beside another's. The masks are built once per step, not once per layer.
 Floating point: a matrix product over T rows may reduce in a different order than over q_i rows,
 so a request's logits can differ in the last bits from running it alone (config `max_batch_requests`).
+Rule `row exact` (config `row_exact`, bf16 with packed weights): every row of a decode forward gets the
+bits it gets fed alone. Attention runs one query row at a time: row j of request i is torch's
+scaled_dot_product_attention of that one query over request i's first L_i + j + 1 keys, no mask, which
+is the call a one-token step makes. The packed bf16 linear layers keep rows apart up to
+ROW_EXACT_MAX_ROWS rows (config.py; oneDNN's row block on the machine of the figures, and `rows_apart`
+in packed_weights.py checks it at load), so a decode forward holds at most that many rows: drafts are
+cut to fit (`fit_rows`), and prefill chunks, which are longer, run in forwards of their own (engine.py),
+split the same way whether the request speculates or not. Every other layer (embeddings, norms,
+rotary positions, activations) works row by row. Greedy output then depends neither on the draft
+lengths nor on the requests sharing a forward; it still depends on how the prompt was prefilled: a
+prefix-cache hit moves where the chunks fall, and a chunk's rows are not kept apart.
 """
 
 from __future__ import annotations
@@ -54,6 +65,29 @@ def packed_layout(past_lengths: Sequence[int], new_lengths: Sequence[int]) -> tu
     return positions, spans
 
 
+def fit_rows(drafts: Sequence[list[int]], max_rows: int) -> list[list[int]]:
+    """The drafts cut so the forward holds at most `max_rows` rows, one per request plus its draft (rule
+    `row exact`): the largest cap c with sum(min(k_i, c)) <= max_rows - n, then one more token to each
+    request in order whose draft is longer than c, while rows remain. Example: drafts of 31, 31, 5 and 0
+    tokens in 32 rows: 28 draft rows, c = 11 (27 rows), so 12, 11, 5 and 0."""
+    budget = max_rows - len(drafts)
+    if budget < 0:
+        raise ValueError(f"{len(drafts)} requests need {len(drafts)} rows, more than {max_rows}")
+    lengths = [len(d) for d in drafts]
+    if sum(lengths) <= budget:
+        return [list(d) for d in drafts]
+    cap = 0
+    while sum(min(k, cap + 1) for k in lengths) <= budget:
+        cap += 1
+    spare = budget - sum(min(k, cap) for k in lengths)
+    kept = []
+    for k in lengths:
+        extra = 1 if spare > 0 and k > cap else 0
+        spare -= extra
+        kept.append(min(k, cap) + extra)
+    return [list(d[:k]) for d, k in zip(drafts, kept)]
+
+
 def segment_mask(past_length: int, new_length: int) -> torch.Tensor | None:
     """Boolean mask q x (L + q), True = may attend: query j sees keys 0 .. L + j; None when q = 1 (it
     sees every key)."""
@@ -68,9 +102,10 @@ class PackedStepCache:
     The model calls `update(keys, values, layer)` once per layer with the packed row's new keys, which
     are returned as they are: `segment_attention` appends each request's slice to that request's cache."""
 
-    def __init__(self, caches: Sequence[object], spans: Sequence[tuple[int, int]]):
+    def __init__(self, caches: Sequence[object], spans: Sequence[tuple[int, int]], row_exact: bool = False):
         self.caches = list(caches)
         self.spans = list(spans)
+        self.row_exact = row_exact
         self.masks = [segment_mask(cache.get_seq_length(), q) for cache, (_start, q) in zip(self.caches, self.spans)]
         self._length = sum(cache.get_seq_length() for cache in self.caches)
 
@@ -91,6 +126,19 @@ def segment_attention(module, query, key, value, attention_mask, dropout=0.0, sc
     outputs = []
     for cache, (start, q), mask in zip(step.caches, step.spans, step.masks):
         keys, values = cache.update(key[:, :, start : start + q], value[:, :, start : start + q], layer)
+        if step.row_exact:  # rule `row exact`: each query row alone over the keys it may see
+            past = keys.shape[-2] - q
+            outputs.extend(
+                torch.nn.functional.scaled_dot_product_attention(
+                    query[:, :, start + j : start + j + 1],
+                    keys[..., : past + j + 1, :],
+                    values[..., : past + j + 1, :],
+                    scale=scaling,
+                    enable_gqa=gqa,
+                )
+                for j in range(q)
+            )
+            continue
         outputs.append(
             torch.nn.functional.scaled_dot_product_attention(
                 query[:, :, start : start + q],
@@ -124,9 +172,14 @@ def install_segment_attention(model) -> None:
 
 
 def forward_packed(
-    model, caches: Sequence[object], feeds: Sequence[list[int]], logit_rows: Sequence[int] | None = None
+    model,
+    caches: Sequence[object],
+    feeds: Sequence[list[int]],
+    logit_rows: Sequence[int] | None = None,
+    row_exact: bool = False,
 ) -> list[torch.Tensor]:
-    """One forward of every request's `feeds[i]` behind its cache `caches[i]` (rule above).
+    """One forward of every request's `feeds[i]` behind its cache `caches[i]` (rule above; rule `row exact`
+    when `row_exact`, the caller keeping the rows within ROW_EXACT_MAX_ROWS).
 
     Returns each request's logits (its last `logit_rows[i]` rows, all q_i by default); each request's
     cache has grown by its q_i new tokens, and the caller crops what a request does not keep."""
@@ -135,7 +188,7 @@ def forward_packed(
     new_lengths = [len(feed) for feed in feeds]
     rows = list(new_lengths) if logit_rows is None else list(logit_rows)
     positions, spans = packed_layout(past_lengths, new_lengths)
-    step_cache = PackedStepCache(caches, spans)
+    step_cache = PackedStepCache(caches, spans, row_exact)
     input_ids = torch.tensor([[token for feed in feeds for token in feed]], dtype=torch.long)
     position_ids = torch.tensor([positions], dtype=torch.long)
     keep, end = [], 0

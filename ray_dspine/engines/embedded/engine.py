@@ -16,6 +16,9 @@ bound by arithmetic, and the verify blocks riding along add a few rows to it ins
 their own that reads every weight again; the decoding requests do not wait a chunk's time for their
 next token. The cost: a chunk's KV (hence its prefix-cache blocks) may differ in the last bits from a
 chunk run alone, as batched verify steps' KV already does.
+Under `row_exact` (batch.py rule `row exact`) chunks never share a forward and a group's drafts are cut
+so it holds at most ROW_EXACT_MAX_ROWS rows (`fit_rows`): greedy output is then that of each request
+alone, whatever shares its forwards.
 Within a group each request accepts its own longest matching draft prefix (speculative.py) from its
 own logits rows, and its KV grows by its last token and its accepted drafts only. A failed batched
 forward ends every request of its group with an error (their KV is not cached); a request that
@@ -57,8 +60,8 @@ from ..protocol import Chunk, EngineError, GenerateRequest, LoadSnapshot
 from . import compute
 from .admission import AdmissionController, Overloaded
 from .block_cache import BlockCache
-from .config import EmbeddedEngineConfig
-from .batch import forward_packed
+from .config import ROW_EXACT_MAX_ROWS, EmbeddedEngineConfig
+from .batch import fit_rows, forward_packed
 from .draft_policy import MatchedAcceptance, StepCosts
 from .kv_blocks import block_payload, cache_from_blocks
 from .model import LoadedModel, load_model, resolve_num_threads, set_threads
@@ -298,7 +301,8 @@ class EmbeddedEngine:
                     return
                 batch = [(rid, self._sequences[rid]) for rid in self._running]
             prefilling = [seq.prefilling for _rid, seq in batch]
-            for group in round_groups(batch, prefilling, self.config.max_batch_requests, self.config.mixed_chunk):
+            mixed = self.config.mixed_chunk and not self.config.row_exact  # row exact: chunks alone
+            for group in round_groups(batch, prefilling, self.config.max_batch_requests, mixed):
                 group = [(rid, seq) for rid, seq in group if rid not in self._cancelled]
                 if len(group) == 1:
                     self._step(*group[0])
@@ -389,7 +393,10 @@ class EmbeddedEngine:
         def forward() -> list:
             with torch.inference_mode():
                 proposals = [propose(seq, drafter_on) for seq in decoding]
-                verifies = iter(zip(proposals, self._choose_drafts(decoding, proposals, costs, started)))
+                drafts = self._choose_drafts(decoding, proposals, costs, started)
+                if self.config.row_exact:
+                    drafts = fit_rows(drafts, ROW_EXACT_MAX_ROWS)
+                verifies = iter(zip(proposals, drafts))
                 feeds, rows, plan = [], [], []
                 for seq, chunk in zip(sequences, chunks):
                     ensure_cache(seq)
@@ -397,7 +404,9 @@ class EmbeddedEngine:
                     feeds.append(chunk if step is None else [seq.last_token] + step[1])
                     rows.append(1 if step is None else len(step[1]) + 1)
                     plan.append(step)
-                logits = forward_packed(self._loaded.model, [seq.cache for seq in sequences], feeds, rows)
+                logits = forward_packed(
+                    self._loaded.model, [seq.cache for seq in sequences], feeds, rows, self.config.row_exact
+                )
                 outs = []
                 for seq, chunk, step, seq_logits in zip(sequences, chunks, plan, logits):
                     if step is None:

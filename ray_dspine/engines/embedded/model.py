@@ -9,13 +9,17 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import DEFAULT_MODEL_FILE, DEFAULT_MODEL_WHEEL_PACKAGE, EmbeddedEngineConfig
+from .config import DEFAULT_MODEL_FILE, DEFAULT_MODEL_WHEEL_PACKAGE, ROW_EXACT_MAX_ROWS, EmbeddedEngineConfig
 
 log = logging.getLogger(__name__)
 
 
 class ModelFileError(RuntimeError):
     """The model file is missing or is not the pinned one."""
+
+
+class RowExactUnavailable(RuntimeError):
+    """config `row_exact` asked for rows this machine's kernels do not keep apart."""
 
 
 def default_model_path() -> Path:
@@ -78,10 +82,17 @@ def load_model(config: EmbeddedEngineConfig) -> LoadedModel:
     )
     model.eval()
     from .batch import install_segment_attention
-    from .packed_weights import pack_linears
+    from .packed_weights import pack_linears, rows_apart
 
     if config.packed_weights:
         log.info("packed %d linear layers for oneDNN", pack_linears(model))
+    if config.row_exact:
+        problem = rows_apart(model, ROW_EXACT_MAX_ROWS)
+        if problem is not None:
+            raise RowExactUnavailable(
+                f"row_exact: on this machine {problem} (batch.py rule `row exact` needs rows kept apart up to "
+                f"{ROW_EXACT_MAX_ROWS}); set row_exact: false"
+            )
 
     install_segment_attention(model)  # transformers' sdpa outside packed steps, per request inside them
     eos = {tokenizer.eos_token_id}

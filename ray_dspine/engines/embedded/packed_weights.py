@@ -14,6 +14,10 @@ plain layers and 28.9 ms packed, four requests' 9-token verify blocks packed int
 and 58.4 ms (MEASURED side by side, docs/results/embedded-engine.md).
 Memory: a packed weight replaces the layer's own (same bytes); a tied output projection keeps the
 embedding table and adds its packed copy.
+Rows apart (`rows_apart`, checked at load under config `row_exact`): for every shape of packed layer
+in the model, m rows of seeded random input fed together give each row the bits it gets fed alone, for
+every m from 2 to the rows asked for. On the machine of the figures this holds up to 32 rows and not
+at 33 (oneDNN's row block there; MEASURED, docs/results/embedded-engine.md).
 """
 
 from __future__ import annotations
@@ -56,3 +60,21 @@ def pack_linears(model: torch.nn.Module) -> int:
         parent = model.get_submodule(parent_name) if parent_name else model
         setattr(parent, child, PackedLinear(module))
     return len(targets)
+
+
+def rows_apart(model: torch.nn.Module, rows: int) -> str | None:
+    """None when every packed layer shape keeps rows apart up to `rows` rows (rule above); else which layer and
+    row count does not."""
+    seen: set[tuple[int, int]] = set()
+    generator = torch.Generator().manual_seed(0)
+    with torch.inference_mode():
+        for name, module in model.named_modules():
+            if not isinstance(module, PackedLinear) or (module.in_features, module.out_features) in seen:
+                continue
+            seen.add((module.in_features, module.out_features))
+            x = torch.randn(rows, module.in_features, generator=generator).to(torch.bfloat16)
+            alone = torch.cat([module(x[i : i + 1]) for i in range(rows)])
+            for m in range(2, rows + 1):
+                if not torch.equal(module(x[:m]), alone[:m]):
+                    return f"{name} gives rows fed {m} at a time other bits than fed alone"
+    return None

@@ -16,6 +16,8 @@ comes with a mask, a copy of the whole cache per layer. The logits are the same 
 CPU model a 9-token verify block behind 3,000 cached tokens took 90.4 ms instead of 114.1 ms (MEASURED,
 fp32, docs/results/embedded-engine.md). A one-token step (no draft) and prefill chunks keep the model's
 own forward: no copy is made for one token, and a chunk gains nothing measurable.
+Under `row_exact` (batch.py rule `row exact`) a draft is cut to ROW_EXACT_MAX_ROWS - 1 tokens and its
+block's attention runs one query row at a time, so every row's logits are a one-token step's bits.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from dataclasses import dataclass, field
 import torch
 
 from ..protocol import Usage
-from .batch import forward_packed
+from .batch import fit_rows, forward_packed
+from .config import ROW_EXACT_MAX_ROWS
 from .detokenizer import IncrementalDetokenizer
 from .draft_policy import AcceptanceTracker, MatchedAcceptance, StepCosts, choose_draft_length, prior_costs
 from .drafter import NgramDrafter
@@ -67,6 +70,7 @@ class Sequence:
     accept_histogram: list[int] = field(default_factory=list)
     finished: str | None = None
     path: str = "autoregressive"
+    row_exact: bool = False  # batch.py rule `row exact`
 
     def __post_init__(self) -> None:
         self.accept_histogram = [0] * self.histogram_size
@@ -218,8 +222,13 @@ def run_step(
 
     proposal = propose(seq, drafter_enabled)
     draft = choose_draft(seq, proposal, costs, now)
+    if seq.row_exact:
+        (draft,) = fit_rows([draft], ROW_EXACT_MAX_ROWS)
     feed = [seq.last_token] + draft
-    logits = forward_packed(model, [seq.cache], [feed])[0] if draft else _forward(model, feed, seq.cache, keep_all=True)
+    if draft:
+        logits = forward_packed(model, [seq.cache], [feed], row_exact=seq.row_exact)[0]
+    else:
+        logits = _forward(model, feed, seq.cache, keep_all=True)
     emitted = finish_verify(seq, logits, proposal, draft)
     drop_rejected(seq, draft, emitted)
     return emit_verified(seq, emitted, draft)

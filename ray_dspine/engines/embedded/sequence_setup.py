@@ -84,4 +84,5 @@ def make_sequence(
         fixed_cost_ratio=config.draft_cost_ratio_prior if seeded else None,
         grow=config.draft_grow_on_full_accept and not seeded,
         path="speculative" if drafter_enabled else "autoregressive",
+        row_exact=config.row_exact,
     )
