@@ -1,4 +1,6 @@
-"""Fixtures shared across suites: one local S3-compatible gateway (Ceph RADOS Gateway) per test session.
+"""Fixtures shared across suites: one local S3-compatible gateway (Ceph RADOS Gateway) per test session,
+and a tiny random-weight LlamaForCausalLM with a character tokenizer (`tiny`) for engine rule tests that
+need real attention and a real KV cache but not the real model's seconds.
 
 One gateway serves every suite that needs S3: two Ceph clusters on one machine interfere (an OSD of
 one can answer the other's monitor with "wrong fsid"). Set `DSPINE_SKIP_S3=1` to skip those tests;
@@ -153,3 +155,41 @@ def serve_instance(request):
             os.environ.pop("RAY_AUTH_MODE", None)
         else:
             os.environ["RAY_AUTH_MODE"] = previous
+
+
+class CharTokenizer:
+    """Printable ASCII: id = ord(c) - 32 (95 ids); id 95 is end of sequence."""
+
+    eos_token_id = 95
+
+    def encode(self, text, add_special_tokens=False):
+        return [ord(c) - 32 for c in text if 32 <= ord(c) < 127]
+
+    def decode(self, ids, skip_special_tokens=True):
+        return "".join(chr(i + 32) for i in ids if i < 95)
+
+    def apply_chat_template(self, messages, add_generation_prompt=True, tokenize=False):
+        text = "".join(f"{m['role']}: {m['content']}|" for m in messages)
+        return text + ("assistant: " if add_generation_prompt else "")
+
+
+def tiny_loaded(seed: int = 0):
+    """The tiny model as a LoadedModel (torch and transformers imported here, not when this file loads: some
+    suites check what their imports pull in)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from ray_dspine.engines.embedded.model import LoadedModel
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=512,
+    )
+    model = LlamaForCausalLM(config).eval()
+    return LoadedModel(model, CharTokenizer(), Path("tiny.gguf"), "0" * 64, frozenset({95}), 512)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return tiny_loaded()

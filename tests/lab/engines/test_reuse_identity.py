@@ -1,40 +1,9 @@
 """Cold vs warm-cache greedy answers (engines/reuse_identity.py) on the tiny random-weight Llama."""
 
-from pathlib import Path
-
 import pytest
-import torch
 
 from dspine_lab.engines.reuse_identity import compare, main
 from ray_dspine.engines.embedded.config import EmbeddedEngineConfig
-from ray_dspine.engines.embedded.model import LoadedModel
-
-
-class CharTokenizer:
-    """Printable ASCII: id = ord(c) - 32; id 95 ends a sequence."""
-
-    eos_token_id = 95
-
-    def encode(self, text, add_special_tokens=False):
-        return [ord(c) - 32 for c in text if 32 <= ord(c) < 127]
-
-    def decode(self, ids, skip_special_tokens=True):
-        return "".join(chr(i + 32) for i in ids if i < 95)
-
-    def apply_chat_template(self, messages, add_generation_prompt=True, tokenize=False):
-        return "".join(f"{m['role']}: {m['content']}|" for m in messages) + "assistant: "
-
-
-@pytest.fixture
-def tiny() -> LoadedModel:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=512,
-    )
-    return LoadedModel(LlamaForCausalLM(config).eval(), CharTokenizer(), Path("tiny.gguf"), "0" * 64, frozenset({95}), 512)
 
 
 def test_rules_cold_and_warm_pair_every_prompt_with_its_second_pass(tiny):
