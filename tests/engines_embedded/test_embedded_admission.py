@@ -113,3 +113,21 @@ def test_rule_reuse_off_never_hits():
     ctl.enqueue("b", prompt(9), 3)
     ctl.admit()
     assert ctl.holding("b").hit_tokens == 0 and ctl.holding("b").reserved_tokens == 12
+
+
+def test_rule_a_hit_is_cut_down_to_whole_units_of_blocks():
+    # B = 4, U = 2 blocks (8 tokens): "a" caches 5 blocks (20 tokens); a 23-token prompt sharing them matches
+    # 5 blocks (cap floor(22 / 4) = 5), cut to 4 (16 tokens); one sharing 7 tokens matches 1 block, cut to 0
+    ctl = AdmissionController(BlockCache(4, 200), 4, 4, hit_unit_blocks=2)
+    ctl.enqueue("a", prompt(20), 4)
+    ctl.admit()
+    finish_with_cache(ctl, "a", prompt(20))
+    assert ctl.cache.cached_tokens == 20
+    ctl.enqueue("b", prompt(20) + prompt(3, start=500), 4)
+    ctl.enqueue("c", prompt(7) + prompt(9, start=600), 4)
+    assert ctl.queued_uncached_prompt_tokens == (23 - 16) + 16
+    assert ctl.admit() == ["b", "c"]
+    assert ctl.holding("b").hit_tokens == 16 and ctl.holding("b").reserved_tokens == 23 - 16 + 4
+    assert ctl.holding("c").hit_tokens == 0
+    with pytest.raises(ValueError, match="hit_unit_blocks must be at least 1"):
+        AdmissionController(BlockCache(4, 200), 4, 4, hit_unit_blocks=0)

@@ -38,6 +38,9 @@ def test_config_names_what_row_exact_needs():
         EmbeddedEngineConfig(row_exact=True, packed_weights=False)
     with pytest.raises(ValueError, match=f"set max_batch_requests to at most {ROW_EXACT_MAX_ROWS}"):
         EmbeddedEngineConfig(row_exact=True, max_batch_requests=ROW_EXACT_MAX_ROWS + 1)
+    with pytest.raises(ValueError, match="set prefix_block_tokens to a divisor of 512 .it is 48."):
+        EmbeddedEngineConfig(row_exact=True, prefix_block_tokens=48)
+    assert EmbeddedEngineConfig(row_exact=True, prefix_block_tokens=48, prefix_reuse=False).row_exact
     assert EmbeddedEngineConfig(row_exact=True).row_exact
 
 
@@ -152,6 +155,47 @@ def test_engine_under_row_exact_keeps_forwards_within_the_rows_and_chunks_alone(
     assert all(sum(feeds) <= 8 for feeds, _row_exact in calls)  # and no prompt chunk rode along
 
 
+@needs_onednn
+def test_under_row_exact_the_cache_keeps_and_reuses_whole_prefill_chunks_only(tiny, monkeypatch):
+    import ray_dspine.engines.embedded.engine as engine_module
+    from ray_dspine.engines.embedded.model import LoadedModel
+
+    monkeypatch.setattr(engine_module, "PREFILL_CHUNK_TOKENS", 16)  # chunks of 16 tokens, blocks of 8
+    loaded = LoadedModel(_bf16_packed(tiny), tiny.tokenizer, tiny.path, tiny.sha256, tiny.eos_token_ids, 512)
+    base = "0123456789abcdefghijklmnopqrstuvwxyzABCD"  # 40 characters: one token each
+
+    def run(prompts: list[str], reuse: bool):
+        config = EmbeddedEngineConfig(
+            row_exact=True, prefix_reuse=reuse, context_length_tokens=256, kv_budget_tokens=2048, prefix_block_tokens=8,
+        )
+
+        async def main():
+            engine = EmbeddedEngine(config, loader=lambda _c: loaded)
+            await engine.start()
+            out = []
+            try:
+                for i, text in enumerate(prompts):
+                    request = GenerateRequest(request_id=f"r{i}", prompt=text, max_tokens=12)
+                    chunks = [c async for c in engine.generate(request)]
+                    out.append(("".join(c.text for c in chunks), chunks[-1].usage.cached_prompt_tokens))
+                return out, engine._block_cache.cached_tokens
+            finally:
+                await engine.stop()
+
+        return asyncio.run(main())
+
+    prompts = [base, base + "EFG", base[:30] + "xyz"]
+    warm, cached = run(prompts, reuse=True)
+    # the first prompt (40 tokens) leaves its 2 whole chunks (32 tokens): not its partial chunk, nor its output
+    # (blocks of 8 alone would have cached 48 of its 51 held tokens); the second (43) hits those 32 and adds
+    # nothing (its whole chunks are the same two); the third (33) shares 30 tokens: 3 blocks match, cut to 1
+    # chunk (16), and its own second chunk adds the one block that differs, [24, 32): 32 + 8 cached
+    assert [c for _t, c in warm] == [0, 32, 16]
+    assert cached == 40
+    cold, _ = run(prompts, reuse=False)
+    assert [t for t, _c in warm] == [t for t, _c in cold]
+
+
 # -- the real model, bf16 ------------------------------------------------------------------------------
 
 def _prompts() -> list[list[dict]]:
@@ -219,3 +263,37 @@ def test_bf16_row_exact_greedy_output_is_the_same_speculative_or_not_batched_or_
     assert [t for t, _ in together] == [t for t, _ in reference]
     assert alone[1][1].accept_length > 2  # the code edit verified long blocks
     assert max(u.accept_length for _, u in together) > 1.5
+
+
+@needs_onednn
+def test_bf16_row_exact_greedy_output_is_the_same_on_a_warm_cache_and_a_cold_one(loaded_bf16):
+    """Prompts 0, 2 and 10 of the bench's list in load_prompts' order (a chat, an agent turn, a code edit).
+    MEASURED on the machine of the figures: with the hit not cut to whole chunks, the answers to 0 and 10 on a
+    warm cache differ from the cold ones (64 tokens; `python -m dspine_lab.engines.reuse_identity --dtype bf16
+    --row-exact`)."""
+    from ray_dspine.bench.engine_bench import load_prompts
+
+    prompts = [p["messages"] for i, p in enumerate(load_prompts(12)) if i in (0, 2, 10)]
+
+    async def answers(reuse: bool, passes: int) -> list[tuple[str, int]]:
+        engine = EmbeddedEngine(EmbeddedEngineConfig(row_exact=True, prefix_reuse=reuse), loader=lambda _c: loaded_bf16)
+        await engine.start()
+        out = []
+        try:
+            for round_ in range(passes):
+                for i, messages in enumerate(prompts):
+                    request = GenerateRequest(
+                        request_id=f"p{round_}-{i}", messages=[ChatMessage(**m) for m in messages], max_tokens=64,
+                        temperature=0.0,
+                    )
+                    chunks = [c async for c in engine.generate(request)]
+                    out.append(("".join(c.text for c in chunks), chunks[-1].usage.cached_prompt_tokens))
+        finally:
+            await engine.stop()
+        return out
+
+    cold = asyncio.run(answers(False, 1))
+    warm = asyncio.run(answers(True, 2))[len(prompts) :]
+    assert [t for t, _c in warm] == [t for t, _c in cold]
+    # the second pass found its prompt's whole chunks only: the agent turn's first 512 tokens, none of the others
+    assert [c for _t, c in warm] == [0, 512, 0]

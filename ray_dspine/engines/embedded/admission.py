@@ -3,7 +3,8 @@
 Rule. A request with P prompt tokens needs r = P - h * B + M + k private KV tokens and one state slot,
 where M = max_tokens, k = the draft block (a verify step briefly holds k extra before rejected tokens
 are cropped; 0 without speculation), B = prefix_block_tokens and h = the prompt's cached blocks at the
-moment it is admitted (`block_cache.match(prompt, floor((P - 1) / B))`; h = 0 with reuse off).
+moment it is admitted (`block_cache.match(prompt, floor((P - 1) / B))`, cut down to a multiple of U
+blocks, U = hit_unit_blocks, 1 unless the engine reuses whole prefill chunks only; h = 0 with reuse off).
 The h blocks are pinned and counted once, in the cache: admission needs
 r <= available tokens once they are pinned (free + evictable blocks other than the hit), and a free
 slot; then evicts least-recently-used blocks only for what free lacks, and reserves r.
@@ -40,11 +41,21 @@ class Holding:
 
 
 class AdmissionController:
-    def __init__(self, cache: BlockCache, num_slots: int, max_queued_requests: int, reuse: bool = True):
+    def __init__(
+        self,
+        cache: BlockCache,
+        num_slots: int,
+        max_queued_requests: int,
+        reuse: bool = True,
+        hit_unit_blocks: int = 1,
+    ):
+        if hit_unit_blocks < 1:
+            raise ValueError(f"hit_unit_blocks must be at least 1, got {hit_unit_blocks}")
         self.cache = cache
         self.num_slots = num_slots
         self.max_queued_requests = max_queued_requests
         self.reuse = reuse
+        self.hit_unit_blocks = hit_unit_blocks
         self._queued: OrderedDict[str, tuple[Sequence[int], int]] = OrderedDict()
         self._running: dict[str, Holding] = {}
 
@@ -72,7 +83,8 @@ class AdmissionController:
     def hit_blocks(self, prompt: Sequence[int]) -> list[Block]:
         if not self.reuse:
             return []
-        return self.cache.match(prompt, (len(prompt) - 1) // self.cache.block_tokens)
+        hit = self.cache.match(prompt, (len(prompt) - 1) // self.cache.block_tokens)
+        return hit[: len(hit) // self.hit_unit_blocks * self.hit_unit_blocks]
 
     def _needs(self, prompt: Sequence[int], extra_tokens: int, hit: Sequence[Block]) -> int:
         return len(prompt) - len(hit) * self.cache.block_tokens + extra_tokens

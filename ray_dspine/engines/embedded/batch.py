@@ -37,8 +37,9 @@ in packed_weights.py checks it at load), so a decode forward holds at most that 
 cut to fit (`fit_rows`), and prefill chunks, which are longer, run in forwards of their own (engine.py),
 split the same way whether the request speculates or not. Every other layer (embeddings, norms,
 rotary positions, activations) works row by row. Greedy output then depends neither on the draft
-lengths nor on the requests sharing a forward; it still depends on how the prompt was prefilled: a
-prefix-cache hit moves where the chunks fall, and a chunk's rows are not kept apart.
+lengths nor on the requests sharing a forward. A chunk's rows are not kept apart, so the prompt must be
+chunked the same way warm or cold: under the rule the prefix cache keeps and reuses whole chunks only
+(engine.py, prefix reuse).
 """
 
 from __future__ import annotations

@@ -12,6 +12,8 @@ DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_MODEL_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 # Rows a decode forward holds at most under row_exact (batch.py rule `row exact`).
 ROW_EXACT_MAX_ROWS = 32
+# Prompt tokens one prefill chunk feeds (engine.py round rule).
+PREFILL_CHUNK_TOKENS = 512
 
 
 class EmbeddedEngineConfig(BaseModel):
@@ -39,8 +41,8 @@ class EmbeddedEngineConfig(BaseModel):
         description="bf16 with packed_weights: every token's logits are the bits it gets decoded alone (batch.py rule "
         "`row exact`: attention one query row at a time, at most ROW_EXACT_MAX_ROWS rows per decode forward, drafts "
         "cut to fit, prefill chunks in forwards of their own), so greedy output is the same with and without "
-        "speculation and batched or not, given the same prefill. A prefix-cache hit moves where the prefill chunks "
-        "fall, which changes bf16 bits: identity with a decode from an empty cache needs prefix_reuse: false. "
+        "speculation, batched or not, and with a warm prefix cache or a cold one (reuse keeps whole prefill chunks of "
+        "prompts only, and a hit is cut to whole chunks, so a prompt's chunks fall where they fall cold). "
         "The engine checks at start that this machine's linear kernels keep rows apart up to that many rows, and "
         "refuses to start if not.",
     )
@@ -150,6 +152,11 @@ class EmbeddedEngineConfig(BaseModel):
             raise ValueError(
                 "row_exact needs dtype: bf16 and packed_weights: true (the packed bf16 kernels are what keep its rows "
                 "apart); set both, or drop row_exact"
+            )
+        if self.row_exact and self.prefix_reuse and PREFILL_CHUNK_TOKENS % self.prefix_block_tokens:
+            raise ValueError(
+                f"row_exact reuses whole prefill chunks of {PREFILL_CHUNK_TOKENS} tokens: set prefix_block_tokens to a "
+                f"divisor of {PREFILL_CHUNK_TOKENS} (it is {self.prefix_block_tokens}), or prefix_reuse: false"
             )
         if self.row_exact and self.max_batch_requests > ROW_EXACT_MAX_ROWS:
             raise ValueError(

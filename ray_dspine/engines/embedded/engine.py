@@ -38,6 +38,11 @@ blocks starts from a copy of their KV and prefills only the rest; when its prefi
 prompt's full blocks are inserted, and when it ends (finished or cancelled) every full block of the
 tokens its KV holds (prompt and output), then its path is unpinned into the LRU. A failed step's
 KV is not cached. `usage.cached_prompt_tokens` is the hit.
+Under `row_exact` a prompt's KV is cached only for its whole prefill chunks (positions [0, floor(P / C) * C),
+C = PREFILL_CHUNK_TOKENS), never its last partial chunk nor its output, and a hit is cut down to whole chunks
+(admission rule, U = C / B blocks): the rest of the prompt then runs the chunks a cold prefill runs, on the
+same bits, so a warm cache gives a cold cache's greedy output. The price: a turn re-prefills up to a chunk
+of its conversation plus the last answer.
 
 Adaptive drafting (draft_policy.py): each decode step is timed with the injected clock; those times
 give the step cost per draft length, one table per batch size n (a step alone: c(k) over its k draft
@@ -60,7 +65,7 @@ from ..protocol import Chunk, EngineError, GenerateRequest, LoadSnapshot
 from . import compute
 from .admission import AdmissionController, Overloaded
 from .block_cache import BlockCache
-from .config import ROW_EXACT_MAX_ROWS, EmbeddedEngineConfig
+from .config import PREFILL_CHUNK_TOKENS, ROW_EXACT_MAX_ROWS, EmbeddedEngineConfig
 from .batch import fit_rows, forward_packed
 from .draft_policy import MatchedAcceptance, StepCosts
 from .kv_blocks import block_payload, cache_from_blocks
@@ -81,8 +86,6 @@ from .sequence import (
 from .sequence_setup import make_sequence
 
 log = logging.getLogger(__name__)
-
-PREFILL_CHUNK_TOKENS = 512
 
 
 def round_groups(requests: list, prefilling: list[bool], size: int, mixed: bool) -> list[list]:
@@ -117,8 +120,14 @@ class EmbeddedEngine:
         self._clock = clock
         self._loaded: LoadedModel | None = None
         self._block_cache = BlockCache(config.prefix_block_tokens, config.kv_budget_tokens)
+        # row exact: a hit covers whole prefill chunks only (prefix reuse rule above)
+        hit_unit = PREFILL_CHUNK_TOKENS // config.prefix_block_tokens if config.row_exact else 1
         self._admission = AdmissionController(
-            self._block_cache, config.max_running_requests, config.max_queued_requests, reuse=config.prefix_reuse
+            self._block_cache,
+            config.max_running_requests,
+            config.max_queued_requests,
+            reuse=config.prefix_reuse,
+            hit_unit_blocks=hit_unit,
         )
         self._cache_generation = 0
         self._prefill_tokens_per_s = 0.0
@@ -264,6 +273,8 @@ class EmbeddedEngine:
             return
         if self._admission.holding(request_id) is None:
             return
+        if self.config.row_exact:  # only whole prefill chunks of the prompt (prefix reuse rule above)
+            tokens = tokens[: len(sequence.prompt_ids) // PREFILL_CHUNK_TOKENS * PREFILL_CHUNK_TOKENS]
         B = self.config.prefix_block_tokens
         # one hop for every block it copies (the admission's state is ours while the lock is held)
         compute.run(self._admission.cache_tokens, request_id, tokens, lambda i: block_payload(sequence.cache, i, B))
