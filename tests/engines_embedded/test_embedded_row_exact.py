@@ -40,7 +40,9 @@ def test_config_names_what_row_exact_needs():
         EmbeddedEngineConfig(row_exact=True, max_batch_requests=ROW_EXACT_MAX_ROWS + 1)
     with pytest.raises(ValueError, match="set prefix_block_tokens to a divisor of 512 .it is 48."):
         EmbeddedEngineConfig(row_exact=True, prefix_block_tokens=48)
-    assert EmbeddedEngineConfig(row_exact=True, prefix_block_tokens=48, prefix_reuse=False).row_exact
+    # without reuse any block size goes, even one longer than a chunk
+    loose = EmbeddedEngineConfig(row_exact=True, prefix_block_tokens=1024, prefix_reuse=False)
+    assert EmbeddedEngine(loose, loader=lambda _c: None).config.row_exact
     assert EmbeddedEngineConfig(row_exact=True).row_exact
 
 

@@ -121,7 +121,7 @@ class EmbeddedEngine:
         self._loaded: LoadedModel | None = None
         self._block_cache = BlockCache(config.prefix_block_tokens, config.kv_budget_tokens)
         # row exact: a hit covers whole prefill chunks only (prefix reuse rule above)
-        hit_unit = PREFILL_CHUNK_TOKENS // config.prefix_block_tokens if config.row_exact else 1
+        hit_unit = max(1, PREFILL_CHUNK_TOKENS // config.prefix_block_tokens) if config.row_exact else 1
         self._admission = AdmissionController(
             self._block_cache,
             config.max_running_requests,
