@@ -85,8 +85,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --arrivals: cap on open requests")
     parser.add_argument("--session-rate", type=_positive_float, metavar="R",
                         help="conversations started per second for traces without times (default: all at once)")
+    parser.add_argument("--skip-conversations", type=_non_negative_int, metavar="K", default=0,
+                        help="leave out the trace's first K conversations (a tuning set apart from a report's)")
     parser.add_argument("--max-conversations", type=_positive_int, metavar="N",
-                        help="replay only the first N conversations")
+                        help="replay only the first N conversations (after --skip-conversations)")
     parser.add_argument("--max-requests", type=_positive_int, metavar="N", help="replay only the first N requests")
     parser.add_argument("--max-tokens-cap", type=_positive_int, metavar="N", help="cap each request's max_tokens")
     parser.add_argument("--max-prompt-tokens", type=_positive_int, metavar="N",
@@ -127,8 +129,9 @@ def options_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser)
             endpoint=args.endpoint, trace=args.trace, out_dir=args.out, traces_dir=args.traces_dir,
             mode="open" if args.arrivals else "closed", concurrency=args.concurrency or 8,
             time_scale=args.time_scale or 1.0, max_in_flight=args.max_in_flight,
-            max_conversations=args.max_conversations, max_requests=args.max_requests,
-            max_tokens_cap=args.max_tokens_cap, max_prompt_tokens=args.max_prompt_tokens,
+            skip_conversations=args.skip_conversations, max_conversations=args.max_conversations,
+            max_requests=args.max_requests, max_tokens_cap=args.max_tokens_cap,
+            max_prompt_tokens=args.max_prompt_tokens,
             session_rate_per_s=args.session_rate, pool=args.pool, each_pool=args.each_pool or [],
             model=args.model, api=args.api,
             tool_calls=args.tool_calls, temperature=args.temperature, warmup=args.warmup,

@@ -60,6 +60,7 @@ class ReplayOptions(BaseModel):
     )
     time_scale: float = Field(default=1.0, gt=0.0, description="Multiplier on arrival times (open loop).")
     max_in_flight: int | None = Field(default=None, ge=1)
+    skip_conversations: int = Field(default=0, ge=0, description="Conversations dropped from the trace's start.")
     max_conversations: int | None = Field(default=None, ge=1)
     max_requests: int | None = Field(default=None, ge=1)
     max_tokens_cap: int | None = Field(default=None, ge=1, description="Upper bound on each request's max_tokens.")
@@ -105,6 +106,7 @@ def load_trace_for(options: ReplayOptions) -> Trace:
         session_rate_per_s=options.session_rate_per_s,
         max_conversations=options.max_conversations,
         max_requests=options.max_requests,
+        skip_conversations=options.skip_conversations,
     )
 
 

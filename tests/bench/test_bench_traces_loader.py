@@ -41,6 +41,15 @@ def test_rule_limits():
     assert ids(limit_requests(requests, max_conversations=2, max_requests=None)) == ["a0", "b0", "a1", "b1"]
     assert ids(limit_requests(requests, max_conversations=2, max_requests=3)) == ["a0", "b0", "a1"]
     assert ids(limit_requests(requests, max_conversations=None, max_requests=2)) == ["a0", "b0"]
+    # sessions in order of their first request: a, b, c; skipping a leaves b and c
+
+    def skip(k, n, m=None):
+        return ids(limit_requests(requests, max_conversations=n, max_requests=m, skip_conversations=k))
+
+    assert skip(1, None) == ["b0", "c0", "b1"]
+    assert skip(1, 1) == ["b0", "b1"]
+    assert skip(2, 5, 1) == ["c0"]
+    assert skip(3, None) == []
 
 
 def test_rule_detect_format(tmp_path):
@@ -67,3 +76,19 @@ def test_load_trace_from_file_and_missing_names(tmp_path, monkeypatch):
         resolve_trace_path("mooncake", tmp_path)
     monkeypatch.setenv("DSPINE_TRACES_DIR", str(tmp_path))
     assert default_traces_dir() == tmp_path
+
+
+def test_replay_cli_passes_skip_conversations_and_refuses_a_negative_one(capsys):
+    import argparse
+
+    from ray_dspine.bench.replay_cli import add_arguments, options_from_args
+
+    parser = argparse.ArgumentParser(prog="replay")
+    add_arguments(parser)
+    argv = ["--trace", "tau-bench", "--out", "runs/x", "--skip-conversations", "10", "--max-conversations", "10"]
+    options = options_from_args(parser.parse_args(argv), parser)
+    assert (options.skip_conversations, options.max_conversations) == (10, 10)
+    assert options_from_args(parser.parse_args(argv[:4]), parser).skip_conversations == 0
+    with pytest.raises(SystemExit):
+        parser.parse_args(argv[:4] + ["--skip-conversations", "-1"])
+    assert "--skip-conversations" in capsys.readouterr().err

@@ -40,6 +40,10 @@ def test_config_names_what_row_exact_needs():
         EmbeddedEngineConfig(row_exact=True, max_batch_requests=ROW_EXACT_MAX_ROWS + 1)
     with pytest.raises(ValueError, match="set prefix_block_tokens to a divisor of 512 .it is 48."):
         EmbeddedEngineConfig(row_exact=True, prefix_block_tokens=48)
+    with pytest.raises(ValueError, match="chunks of 96 tokens: set prefix_block_tokens to a divisor of 96 .it is 64."):
+        EmbeddedEngineConfig(row_exact=True, prefill_chunk_tokens=96, prefix_block_tokens=64)
+    chunked = EmbeddedEngineConfig(row_exact=True, prefill_chunk_tokens=96, prefix_block_tokens=32)
+    assert chunked.prefill_chunk_tokens == 96
     # without reuse any block size goes, even one longer than a chunk
     loose = EmbeddedEngineConfig(row_exact=True, prefix_block_tokens=1024, prefix_reuse=False)
     assert EmbeddedEngine(loose, loader=lambda _c: None).config.row_exact
@@ -158,17 +162,16 @@ def test_engine_under_row_exact_keeps_forwards_within_the_rows_and_chunks_alone(
 
 
 @needs_onednn
-def test_under_row_exact_the_cache_keeps_and_reuses_whole_prefill_chunks_only(tiny, monkeypatch):
-    import ray_dspine.engines.embedded.engine as engine_module
+def test_under_row_exact_the_cache_keeps_and_reuses_whole_prefill_chunks_only(tiny):
     from ray_dspine.engines.embedded.model import LoadedModel
 
-    monkeypatch.setattr(engine_module, "PREFILL_CHUNK_TOKENS", 16)  # chunks of 16 tokens, blocks of 8
     loaded = LoadedModel(_bf16_packed(tiny), tiny.tokenizer, tiny.path, tiny.sha256, tiny.eos_token_ids, 512)
     base = "0123456789abcdefghijklmnopqrstuvwxyzABCD"  # 40 characters: one token each
 
     def run(prompts: list[str], reuse: bool):
         config = EmbeddedEngineConfig(
             row_exact=True, prefix_reuse=reuse, context_length_tokens=256, kv_budget_tokens=2048, prefix_block_tokens=8,
+            prefill_chunk_tokens=16,  # chunks of 16 tokens, blocks of 8
         )
 
         async def main():

@@ -6,7 +6,8 @@ Any other argument is a file path whose format is detected: `.csv` -> Azure (cla
 file name contains "code", else "chat"); JSONL whose first row has `hash_ids` -> Mooncake; a JSON list
 of runs with `traj` -> tau-bench; anything else -> OpenAI conversation log.
 Limit rule: sessions are ordered by their first request's position in arrival order;
-`max_conversations` keeps the first N sessions, then `max_requests` keeps the first N requests in
+`skip_conversations` drops the first K sessions (a tuning set left out of a report, or the other way
+round), `max_conversations` keeps the first N of the rest, then `max_requests` keeps the first N requests in
 arrival order (a stable sort on `arrival_s`, so ties keep file order: a conversation's turns stay in
 order). Complexity: O(n log n) for n requests, plus parsing.
 """
@@ -93,16 +94,17 @@ def file_sha256(path: Path) -> str:
 
 
 def limit_requests(
-    requests: list[TraceRequest], *, max_conversations: int | None, max_requests: int | None
+    requests: list[TraceRequest],
+    *,
+    max_conversations: int | None,
+    max_requests: int | None,
+    skip_conversations: int = 0,
 ) -> list[TraceRequest]:
     """Apply the limit rule."""
     ordered = sorted(requests, key=lambda r: r.arrival_s)
-    if max_conversations is not None:
-        chosen: dict[str, None] = {}
-        for request in ordered:
-            if len(chosen) >= max_conversations:
-                break
-            chosen.setdefault(request.session_id, None)
+    if skip_conversations or max_conversations is not None:
+        sessions = list(dict.fromkeys(r.session_id for r in ordered))[skip_conversations:]
+        chosen = set(sessions if max_conversations is None else sessions[:max_conversations])
         ordered = [r for r in ordered if r.session_id in chosen]
     if max_requests is not None:
         ordered = ordered[:max_requests]
@@ -119,6 +121,7 @@ def load_trace(
     session_rate_per_s: float | None = None,
     max_conversations: int | None = None,
     max_requests: int | None = None,
+    skip_conversations: int = 0,
 ) -> Trace:
     """Parse a named trace or a file into a `Trace` (requests in arrival order)."""
     name, path = resolve_trace_path(name_or_path, traces_dir)
@@ -146,7 +149,9 @@ def load_trace(
             session_rate_per_s=session_rate_per_s,
             source=name,
         )
-    requests = limit_requests(requests, max_conversations=max_conversations, max_requests=max_requests)
+    requests = limit_requests(
+        requests, max_conversations=max_conversations, max_requests=max_requests, skip_conversations=skip_conversations
+    )
     return Trace(
         name=name,
         path=path.resolve(),

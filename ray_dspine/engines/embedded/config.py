@@ -12,8 +12,6 @@ DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_MODEL_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 # Rows a decode forward holds at most under row_exact (batch.py rule `row exact`).
 ROW_EXACT_MAX_ROWS = 32
-# Prompt tokens one prefill chunk feeds (engine.py round rule).
-PREFILL_CHUNK_TOKENS = 512
 
 
 class EmbeddedEngineConfig(BaseModel):
@@ -30,7 +28,14 @@ class EmbeddedEngineConfig(BaseModel):
         default=DEFAULT_MODEL_SHA256,
         description="Expected sha256 of the GGUF; the engine refuses to start on a mismatch. null skips the check.",
     )
-    dtype: Literal["bf16", "fp32"] = Field(default="bf16", description="Compute dtype of the target model.")
+    dtype: Literal["auto", "bf16", "fp32"] = Field(
+        default="bf16",
+        description="Compute dtype of the target model. auto: bf16 with row_exact where this CPU has bf16 matrix "
+        "instructions (AMX or AVX-512 BF16) and its packed kernels keep rows apart, else fp32: in both a request's "
+        "greedy output is the same with and without speculation, and the first is faster where it runs "
+        "(model.py rule `dtype auto`; a fall back to fp32 is logged with its reason, and GET /v1/dspine/engine "
+        "shows the dtype and row_exact each replica runs).",
+    )
     packed_weights: bool = Field(
         default=True,
         description="bf16 only: lay every linear layer's weight out once in oneDNN's own layout (packed_weights.py); "
@@ -133,6 +138,14 @@ class EmbeddedEngineConfig(BaseModel):
         description="Let a prefill chunk share its forward with decoding requests' verify steps (engine.py round "
         "rule; SGLang's --enable-mixed-chunk). Only with max_batch_requests >= 2, and never under row_exact.",
     )
+    prefill_chunk_tokens: int = Field(
+        default=512,
+        ge=16,
+        le=8192,
+        description="Prompt tokens one prefill chunk feeds (engine.py round rule; SGLang's --chunked-prefill-size). "
+        "Under row_exact prefix reuse keeps whole chunks only; 128 there reused more of the tau-bench turns than "
+        "512 but gave their first tokens no sooner (docs/results/embedded-engine.md).",
+    )
     max_queued_requests: int = Field(default=32, ge=0, description="Requests waiting for memory before 429.")
     num_threads: int | None = Field(
         default=None,
@@ -148,19 +161,31 @@ class EmbeddedEngineConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check_combinations(self) -> "EmbeddedEngineConfig":
+        if self.dtype == "auto" and self.row_exact:
+            raise ValueError("dtype: auto chooses row_exact itself: drop row_exact, or set dtype: bf16")
+        if self.dtype == "auto" and not self.packed_weights:
+            raise ValueError(
+                "dtype: auto may choose row_exact, which runs on packed weights: drop packed_weights: false, or set "
+                "dtype: bf16 or fp32"
+            )
         if self.row_exact and (self.dtype != "bf16" or not self.packed_weights):
             raise ValueError(
                 "row_exact needs dtype: bf16 and packed_weights: true (the packed bf16 kernels are what keep its rows "
                 "apart); set both, or drop row_exact"
             )
-        if self.row_exact and self.prefix_reuse and PREFILL_CHUNK_TOKENS % self.prefix_block_tokens:
+        # the limits of row_exact bind dtype: auto too, which may choose it
+        name = "row_exact" if self.row_exact else None
+        if self.dtype == "auto":
+            name = "dtype: auto (which may choose row_exact)"
+        chunk = self.prefill_chunk_tokens
+        if name and self.prefix_reuse and chunk % self.prefix_block_tokens:
             raise ValueError(
-                f"row_exact reuses whole prefill chunks of {PREFILL_CHUNK_TOKENS} tokens: set prefix_block_tokens to a "
-                f"divisor of {PREFILL_CHUNK_TOKENS} (it is {self.prefix_block_tokens}), or prefix_reuse: false"
+                f"{name} reuses whole prefill chunks of {chunk} tokens: set prefix_block_tokens to a divisor of "
+                f"{chunk} (it is {self.prefix_block_tokens}), or prefix_reuse: false"
             )
-        if self.row_exact and self.max_batch_requests > ROW_EXACT_MAX_ROWS:
+        if name and self.max_batch_requests > ROW_EXACT_MAX_ROWS:
             raise ValueError(
-                f"row_exact holds at most {ROW_EXACT_MAX_ROWS} rows per forward, one per request at least: set "
+                f"{name} holds at most {ROW_EXACT_MAX_ROWS} rows per forward, one per request at least: set "
                 f"max_batch_requests to at most {ROW_EXACT_MAX_ROWS} (it is {self.max_batch_requests})"
             )
         if self.ngram_min > self.ngram_max:

@@ -1,7 +1,7 @@
 """The embedded engine: one worker thread decodes admitted requests in rounds, verify steps batched.
 
 Round rule. The worker repeats rounds over the running requests (admission order). In a round every
-running request advances once: a request still prefilling by one prefill chunk (PREFILL_CHUNK_TOKENS),
+running request advances once: a request still prefilling by one prefill chunk (config `prefill_chunk_tokens`),
 a decoding one by one verify step. `round_groups` splits the round into forwards of at most
 `max_batch_requests` requests: each forward takes the first prefill chunk not yet taken (if any) and
 then decoding requests in order until it is full, so a forward never carries two chunks; with
@@ -39,8 +39,8 @@ prompt's full blocks are inserted, and when it ends (finished or cancelled) ever
 tokens its KV holds (prompt and output), then its path is unpinned into the LRU. A failed step's
 KV is not cached. `usage.cached_prompt_tokens` is the hit.
 Under `row_exact` a prompt's KV is cached only for its whole prefill chunks (positions [0, floor(P / C) * C),
-C = PREFILL_CHUNK_TOKENS), never its last partial chunk nor its output, and a hit is cut down to whole chunks
-(admission rule, U = C / B blocks): the rest of the prompt then runs the chunks a cold prefill runs, on the
+C = config `prefill_chunk_tokens`), never its last partial chunk nor its output, and a hit is cut down to whole
+chunks (admission rule, U = C / B blocks): the rest of the prompt then runs the chunks a cold prefill runs, on the
 same bits, so a warm cache gives a cold cache's greedy output. The price: a turn re-prefills up to a chunk
 of its conversation plus the last answer.
 
@@ -65,7 +65,7 @@ from ..protocol import Chunk, EngineError, GenerateRequest, LoadSnapshot
 from . import compute
 from .admission import AdmissionController, Overloaded
 from .block_cache import BlockCache
-from .config import PREFILL_CHUNK_TOKENS, ROW_EXACT_MAX_ROWS, EmbeddedEngineConfig
+from .config import ROW_EXACT_MAX_ROWS, EmbeddedEngineConfig
 from .batch import fit_rows, forward_packed
 from .draft_policy import MatchedAcceptance, StepCosts
 from .kv_blocks import block_payload, cache_from_blocks
@@ -120,15 +120,7 @@ class EmbeddedEngine:
         self._clock = clock
         self._loaded: LoadedModel | None = None
         self._block_cache = BlockCache(config.prefix_block_tokens, config.kv_budget_tokens)
-        # row exact: a hit covers whole prefill chunks only (prefix reuse rule above)
-        hit_unit = max(1, PREFILL_CHUNK_TOKENS // config.prefix_block_tokens) if config.row_exact else 1
-        self._admission = AdmissionController(
-            self._block_cache,
-            config.max_running_requests,
-            config.max_queued_requests,
-            reuse=config.prefix_reuse,
-            hit_unit_blocks=hit_unit,
-        )
+        self._admission = self._admission_for(config)
         self._cache_generation = 0
         self._prefill_tokens_per_s = 0.0
         self._step_costs = StepCosts(
@@ -153,6 +145,17 @@ class EmbeddedEngine:
         self._worker: threading.Thread | None = None
         self.healthy = False
 
+    def _admission_for(self, config: EmbeddedEngineConfig) -> AdmissionController:
+        # row exact: a hit covers whole prefill chunks only (prefix reuse rule above)
+        hit_unit = max(1, config.prefill_chunk_tokens // config.prefix_block_tokens) if config.row_exact else 1
+        return AdmissionController(
+            self._block_cache,
+            config.max_running_requests,
+            config.max_queued_requests,
+            reuse=config.prefix_reuse,
+            hit_unit_blocks=hit_unit,
+        )
+
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
         # Threads and the load on the compute thread, where every step of this engine will run (compute.py).
@@ -161,6 +164,12 @@ class EmbeddedEngine:
             self._block_cache.clear()
             self._cache_generation += 1
         self._loaded = await compute.call(self._loader, self.config)
+        if self.config.dtype == "auto" and self._loaded.dtype is not None:  # run as loaded (model.py rule `dtype auto`)
+            with self._lock:
+                self.config = self.config.model_copy(
+                    update={"dtype": self._loaded.dtype, "row_exact": self._loaded.row_exact}
+                )
+                self._admission = self._admission_for(self.config)
         self._worker = threading.Thread(target=self._work, name="embedded-engine", daemon=True)
         self._worker.start()
         self.healthy = True
@@ -274,7 +283,8 @@ class EmbeddedEngine:
         if self._admission.holding(request_id) is None:
             return
         if self.config.row_exact:  # only whole prefill chunks of the prompt (prefix reuse rule above)
-            tokens = tokens[: len(sequence.prompt_ids) // PREFILL_CHUNK_TOKENS * PREFILL_CHUNK_TOKENS]
+            chunk = self.config.prefill_chunk_tokens
+            tokens = tokens[: len(sequence.prompt_ids) // chunk * chunk]
         B = self.config.prefix_block_tokens
         # one hop for every block it copies (the admission's state is ours while the lock is held)
         compute.run(self._admission.cache_tokens, request_id, tokens, lambda i: block_payload(sequence.cache, i, B))
@@ -327,7 +337,8 @@ class EmbeddedEngine:
         try:
             prefilling, before, started = sequence.prefilling, sequence.prefilled, self._clock()
             out = compute.run(
-                run_step, sequence, self._loaded.model, PREFILL_CHUNK_TOKENS, drafter_on, self._step_costs, started
+                run_step, sequence, self._loaded.model, self.config.prefill_chunk_tokens, drafter_on, self._step_costs,
+                started,
             )
         except Exception as exc:  # a failed step ends this request, never the worker
             log.exception("step failed for request %s", request_id)
@@ -394,7 +405,7 @@ class EmbeddedEngine:
 
         drafter_on = self._drafter_enabled
         sequences = [seq for _rid, seq in group]
-        chunks = [next_chunk(seq, PREFILL_CHUNK_TOKENS) for seq in sequences]
+        chunks = [next_chunk(seq, self.config.prefill_chunk_tokens) for seq in sequences]
         decoding = [seq for seq, chunk in zip(sequences, chunks) if chunk is None]
         # the drafts' costs: the table of the decoding requests' batch size; a chunk riding along makes drafts
         # cheaper, so this can only understate them, and a mixed forward's seconds go in no table

@@ -1,4 +1,13 @@
-"""Load the target model and tokenizer from a GGUF file, refusing a file whose sha256 differs."""
+"""Load the target model and tokenizer from a GGUF file, refusing a file whose sha256 differs.
+
+Rule `dtype auto` (config dtype: auto): the engine serves bf16 with row_exact where this CPU has bf16
+matrix instructions (AMX tiles or AVX-512 BF16, as torch reports them) and the packed bf16 linear layers
+keep rows apart (`packed_weights.rows_apart`, up to ROW_EXACT_MAX_ROWS rows); otherwise fp32. In both,
+a request's greedy output is the same with and without speculation (under row_exact batched or not too);
+where the hardware has it, the first is the faster (docs/results/embedded-engine.md). A fall back to fp32
+is logged as a warning with its reason, and the engine runs with the `dtype` and `row_exact` its
+`LoadedModel` was loaded as (its `describe()`, GET /v1/dspine/engine, shows them).
+"""
 
 from __future__ import annotations
 
@@ -20,6 +29,13 @@ class ModelFileError(RuntimeError):
 
 class RowExactUnavailable(RuntimeError):
     """config `row_exact` asked for rows this machine's kernels do not keep apart."""
+
+    def __init__(self, problem: str):
+        self.problem = problem
+        super().__init__(
+            f"row_exact: on this machine {problem} (batch.py rule `row exact` needs rows kept apart up to "
+            f"{ROW_EXACT_MAX_ROWS}); set row_exact: false, or dtype: auto to fall back to fp32"
+        )
 
 
 def default_model_path() -> Path:
@@ -62,9 +78,37 @@ class LoadedModel:
     sha256: str
     eos_token_ids: frozenset[int]
     context_length_tokens: int
+    dtype: str | None = None  # what it was loaded as, "bf16" or "fp32" (None: not said)
+    row_exact: bool = False  # loaded for row_exact (its rows checked apart)
+
+
+def bf16_unsupported() -> str | None:
+    """None when torch sees bf16 matrix instructions on this CPU (AMX tiles or AVX-512 BF16); else why not."""
+    import torch
+
+    if torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported():
+        return None
+    return "torch sees neither AMX tiles nor AVX-512 BF16 on this CPU, so bf16 would run without its native kernels"
 
 
 def load_model(config: EmbeddedEngineConfig) -> LoadedModel:
+    """Load as `config` asks; dtype auto resolves by rule `dtype auto`."""
+    if config.dtype != "auto":
+        return _load(config)
+    reason = bf16_unsupported()
+    if reason is None:
+        try:
+            loaded = _load(config.model_copy(update={"dtype": "bf16", "row_exact": True}))
+        except RowExactUnavailable as error:
+            reason = f"{error.problem} (batch.py rule `row exact`)"
+        else:
+            log.info("dtype auto: bf16 with row_exact (this CPU keeps rows apart)")
+            return loaded
+    log.warning("dtype auto: fp32, because %s", reason)
+    return _load(config.model_copy(update={"dtype": "fp32"}))
+
+
+def _load(config: EmbeddedEngineConfig) -> LoadedModel:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
     from transformers.utils import logging as hf_logging
@@ -89,10 +133,7 @@ def load_model(config: EmbeddedEngineConfig) -> LoadedModel:
     if config.row_exact:
         problem = rows_apart(model, ROW_EXACT_MAX_ROWS)
         if problem is not None:
-            raise RowExactUnavailable(
-                f"row_exact: on this machine {problem} (batch.py rule `row exact` needs rows kept apart up to "
-                f"{ROW_EXACT_MAX_ROWS}); set row_exact: false"
-            )
+            raise RowExactUnavailable(problem)
 
     install_segment_attention(model)  # transformers' sdpa outside packed steps, per request inside them
     eos = {tokenizer.eos_token_id}
@@ -100,7 +141,8 @@ def load_model(config: EmbeddedEngineConfig) -> LoadedModel:
         ids = model.generation_config.eos_token_id
         eos.update(ids if isinstance(ids, list) else [ids])
     context = min(config.context_length_tokens, getattr(model.config, "max_position_embeddings", 8192))
-    return LoadedModel(model, tokenizer, path, digest, frozenset(i for i in eos if i is not None), context)
+    eos_ids = frozenset(i for i in eos if i is not None)
+    return LoadedModel(model, tokenizer, path, digest, eos_ids, context, config.dtype, config.row_exact)
 
 
 def usable_cores() -> int:
