@@ -10,6 +10,9 @@ Served path (the x-dspine-path header): the final usage's path when the first ch
 "speculative" while the engine's drafter is active, else "autoregressive"; an "autoregressive" path of an
 engine whose supervision reports a drafter fallback is "autoregressive-fallback". `record_routing_stats`
 also refreshes the supervision gauges (supervision_metrics.py).
+Logs go to Ray Serve's own logger ("ray.serve"), which writes a replica's log file and its console: at
+start, one line naming the engine and, where its args carry them, its dtype and row_exact (`engine_summary`;
+an embedded engine on `dtype: auto` shows what it chose); a live drafter switch; never a prompt.
 Every method Ray calls is `async def`, so it runs on the replica's event loop, where the engine and
 the stats window live: Ray Serve runs a plain `def` method in a worker thread
 (RAY_SERVE_RUN_SYNC_IN_THREADPOOL, on by default), and an engine's `load()` advances its state and
@@ -33,7 +36,18 @@ from .supervision_metrics import SupervisionMetrics
 from .stream_batching import batched
 from .replica_prompt import error_chunk, prepared
 
-log = logging.getLogger("ray_dspine.replica")
+log = logging.getLogger("ray.serve")
+
+
+def engine_summary(description: dict) -> str:
+    """"<engine>", then ", dtype <d>" and ", row_exact" where the description's args carry them."""
+    args = description.get("args") or {}
+    parts = [str(description.get("engine", "engine"))]
+    if "dtype" in args:
+        parts.append(f"dtype {args['dtype']}")
+    if args.get("row_exact"):
+        parts.append("row_exact")
+    return ", ".join(parts)
 
 
 class EngineReplica:
@@ -52,6 +66,7 @@ class EngineReplica:
         self.supervision_metrics = SupervisionMetrics(pool.name)
         self.window = ReplicaWindowStats(StatsWindowConfig(slo=pool.slo), time.monotonic, time.monotonic())
         await self.engine.start()
+        log.info("pool %s replica %s: %s", pool.name, self.replica_id, engine_summary(self.engine.describe()))
 
     async def generate(self, request: GenerateRequest, prompt_token_ids: list[int] | None = None):
         """The request's chunks, merged over the pool's stream batching interval (stream_batching.py).

@@ -101,3 +101,39 @@ def test_stream_batching_merges_after_the_stamped_first_chunk():
     assert chunks[0].num_tokens >= 1 and chunks[0].num_tokens + chunks[1].num_tokens == 400
     assert chunks[0].replica == "local" and chunks[0].replica_s is not None and chunks[1].replica_s is None
     assert chunks[1].usage.completion_tokens == 400
+
+
+def test_engine_summary_names_the_engine_and_what_its_args_carry():
+    from ray_dspine.serve.replica import engine_summary
+
+    embedded = {"engine": "embedded", "args": {"dtype": "bf16", "row_exact": True, "speculative": True}}
+    assert engine_summary(embedded) == "embedded, dtype bf16, row_exact"
+    assert engine_summary({"engine": "embedded", "args": {"dtype": "fp32", "row_exact": False}}) == "embedded, dtype fp32"
+    assert engine_summary({"engine": "simulated", "config": {}}) == "simulated"
+
+
+def test_a_started_replica_logs_its_engine_to_serves_logger():
+    import logging
+
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record)
+
+    serve_logger = logging.getLogger("ray.serve")
+    handler, level = Keep(), serve_logger.level
+    serve_logger.addHandler(handler)
+    serve_logger.setLevel(logging.INFO)
+
+    async def main():
+        replica = EngineReplica.__new__(EngineReplica)
+        await replica.__init__(dspine_pool())
+        await replica.engine.stop()
+
+    try:
+        asyncio.run(main())
+    finally:
+        serve_logger.removeHandler(handler)
+        serve_logger.setLevel(level)
+    assert [r.getMessage() for r in records] == ["pool dspine replica local: simulated"]

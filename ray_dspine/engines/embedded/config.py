@@ -33,8 +33,8 @@ class EmbeddedEngineConfig(BaseModel):
         description="Compute dtype of the target model. auto: bf16 with row_exact where this CPU has bf16 matrix "
         "instructions (AMX or AVX-512 BF16) and its packed kernels keep rows apart, else fp32: in both a request's "
         "greedy output is the same with and without speculation, and the first is faster where it runs "
-        "(model.py rule `dtype auto`; a fall back to fp32 is logged with its reason, and GET /v1/dspine/engine "
-        "shows the dtype and row_exact each replica runs).",
+        "(model.py rule `dtype auto`; a fall back to fp32 is logged with its reason, and each replica logs the dtype "
+        "and row_exact it runs at start, as GET /v1/dspine/engine shows them).",
     )
     packed_weights: bool = Field(
         default=True,
