@@ -21,7 +21,8 @@ Rules:
              this head (a later `ray.init()` without an address would otherwise try to join the stopped head).
   serving    `python -m ray_dspine.local_cluster [CONFIG]` starts the head, waits (at most HEAD_START_TIMEOUT_S)
              for its GCS port, runs `serve run` on CONFIG against it and stops both when `serve run` ends, on
-             Ctrl-C or on SIGTERM; its exit status is `serve run`'s.
+             Ctrl-C (SIGINT, handled even if the process started with it ignored, e.g. as `scripts/serve-local &`
+             in a script) or on SIGTERM; `serve run` gets SIGINT, its graceful stop; the exit status is its own.
 """
 
 from __future__ import annotations
@@ -173,15 +174,24 @@ def _wait_for_gcs(head: LocalHead) -> None:
     raise RuntimeError(f"the Ray head did not open 127.0.0.1:{head.port} within {HEAD_START_TIMEOUT_S:.0f} s")
 
 
+def handle_stop_signals() -> None:
+    """SIGTERM and SIGINT both stop the stack (as KeyboardInterrupt). SIGINT is set even when this process
+    started with it ignored, as a non-interactive shell starts a background job: an ignored signal stays
+    ignored across exec, so `serve run` would inherit it and could not be stopped gracefully."""
+
+    def stop_on_signal(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop_on_signal)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def serve(config: str) -> int:
     """Start the head, `serve run` CONFIG on it, stop both (the `serving` rule)."""
     port = int(os.environ.get("DSPINE_RAY_PORT", DEFAULT_PORT))
     client_port = int(os.environ.get("DSPINE_RAY_CLIENT_PORT", DEFAULT_CLIENT_PORT))
 
-    def stop_on_signal(signum, frame):
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, stop_on_signal)  # before the head exists, so a stop never orphans it
+    handle_stop_signals()  # before the head exists, so a stop never orphans it
     try:
         head = start_head(port=port, client_port=client_port)
     except KeyboardInterrupt:

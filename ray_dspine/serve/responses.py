@@ -1,7 +1,9 @@
 """Turn a pool's chunk stream into OpenAI response bodies (SSE events or one JSON object).
 
 Endings, for a stream that has started (its first chunk reached the ingress):
-  normal     the chunks' events, the usage event when asked for, then `data: [DONE]`.
+  normal     the chunks' events, the usage event when asked for, then `data: [DONE]`. A chat stream's first
+             event names the role (`"role": "assistant"` in its delta) and later deltas do not, as OpenAI's
+             API and SGLang's serving layer send them.
   error      whatever stops the stream early ends it with three events, never a silent cut:
              `data: {"error": {...}}` naming the cause, a terminal chunk whose finish_reason is "error",
              then `data: [DONE]`. Causes: an error chunk from the replica (its status); the request's
@@ -124,12 +126,14 @@ def usage_dict(usage: Usage | None) -> dict | None:
 
 
 def _choice(
-    chat: bool, text: str, finish: str | None, stream: bool, tool_calls: list[dict] | None = None, reasoning: str = ""
+    chat: bool, text: str, finish: str | None, stream: bool, tool_calls: list[dict] | None = None, reasoning: str = "",
+    role: bool = True,
 ) -> dict:
     if chat:
         key = "delta" if stream else "message"
         # A turn (or delta) that only reasons or calls tools has no content: null, as OpenAI-style servers send it.
-        body: dict = {"role": "assistant", "content": None if (tool_calls or reasoning) and not text else text}
+        body: dict = {"role": "assistant"} if role else {}  # a stream names the role in its first delta only
+        body["content"] = None if (tool_calls or reasoning) and not text else text
         if reasoning:
             body["reasoning_content"] = reasoning  # SGLang's and vLLM's field for a reasoning parser's output
         if tool_calls:
@@ -148,10 +152,12 @@ def _openai_finish(reason: str | None) -> str | None:
     return "stop" if reason == "abort" else reason
 
 
-def _error_ending(base: dict, chat: bool, status: int, message: str, code: str | None, param: str | None = None):
-    """The three events of rule error."""
+def _error_ending(
+    base: dict, chat: bool, role: bool, status: int, message: str, code: str | None, param: str | None = None
+):
+    """The three events of rule error (`role`: no delta has named the role yet)."""
     yield f"data: {json.dumps(error_body(status, message, param, code))}\n\n"
-    yield f"data: {json.dumps({**base, 'choices': [_choice(chat, '', 'error', True)]})}\n\n"
+    yield f"data: {json.dumps({**base, 'choices': [_choice(chat, '', 'error', True, role=role)]})}\n\n"
     yield "data: [DONE]\n\n"
 
 
@@ -164,6 +170,7 @@ async def sse_events(
     chunk = first
     finished = False
     completion_tokens = 0
+    role_named = False
     ending: tuple | None = None  # (status, message, code, param) of an error ending
     try:
         try:
@@ -176,7 +183,8 @@ async def sse_events(
                 completion_tokens += chunk.num_tokens
                 finish = _openai_finish(chunk.finish_reason)
                 if chunk.text or chunk.reasoning or chunk.tool_calls or finish is not None:
-                    choice = _choice(chat, chunk.text, finish, True, chunk.tool_calls, chunk.reasoning)
+                    choice = _choice(chat, chunk.text, finish, True, chunk.tool_calls, chunk.reasoning, not role_named)
+                    role_named = True
                     event = {**base, "choices": [choice]}
                     if continuous:
                         event["usage"] = {"completion_tokens": completion_tokens}
@@ -211,7 +219,7 @@ async def sse_events(
             ending = (failure.status, failure.message, failure.code, None)
         timer.finish("error", None)
         finished = True
-        for event in _error_ending(base, chat, *ending):
+        for event in _error_ending(base, chat, not role_named, *ending):
             yield event
     finally:
         if not finished:  # client went away: stop the replica's work and free its budget

@@ -89,7 +89,8 @@ def test_reasoning_comes_apart_from_content():
     assert message["content"] == "Restore `parse_args`."
     deltas = [event["choices"][0]["delta"] for event in stream_events(THINKING)]
     assert (deltas[0]["content"], deltas[0]["reasoning_content"]) == (None, "The test imports a removed name. ")
-    assert deltas[1] == {"role": "assistant", "content": "Restore `parse_args`."}
+    assert deltas[0]["role"] == "assistant"
+    assert deltas[1] == {"content": "Restore `parse_args`."}  # the role is named once, in the first delta
 
 
 def test_answer_without_reasoning_has_no_reasoning_field():
@@ -103,3 +104,11 @@ def test_usage_carries_cached_tokens_where_openai_clients_read_them():
     body = collect([Chunk(text="ok", num_tokens=3), Chunk(finish_reason="stop", usage=usage)])
     assert body["usage"]["prompt_tokens_details"] == {"cached_tokens": 512}
     assert (body["usage"]["cached_prompt_tokens"], body["usage"]["total_tokens"]) == (512, 903)
+
+
+def test_a_stream_ending_in_an_error_names_the_role_only_if_no_delta_did():
+    failing = [Chunk(text="Hel", num_tokens=1), Chunk(error="boom", error_status=502)]
+    deltas = [event["choices"][0]["delta"] for event in stream_events(failing) if event.get("choices")]
+    assert deltas == [{"role": "assistant", "content": "Hel"}, {"content": ""}]
+    deltas = [e["choices"][0]["delta"] for e in stream_events([Chunk(error="boom", error_status=502)]) if e.get("choices")]
+    assert deltas == [{"role": "assistant", "content": ""}]
