@@ -22,7 +22,8 @@ Rules:
   serving    `python -m ray_dspine.local_cluster [CONFIG]` starts the head, waits (at most HEAD_START_TIMEOUT_S)
              for its GCS port, runs `serve run` on CONFIG against it and stops both when `serve run` ends, on
              Ctrl-C (SIGINT, handled even if the process started with it ignored, e.g. as `scripts/serve-local &`
-             in a script) or on SIGTERM; `serve run` gets SIGINT, its graceful stop; the exit status is its own.
+             in a script) or on SIGTERM, and `serve run` then gets SIGINT, its graceful stop. The exit status
+             is `serve run`'s when it ends by itself, 130 on a stop.
 """
 
 from __future__ import annotations
