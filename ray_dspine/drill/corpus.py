@@ -4,7 +4,9 @@ Rules (what each generator emits; `model` is the served model name, `limit` the 
   wrong types   each known field x each JSON type its OpenAI type excludes (no coercion: "4", true, 4.5
                 for an integer; "yes", 1 for a boolean; ...) -> 400 naming the field.
   ranges        integers just outside their bounds (seed 2^63 and -2^63-1, max_tokens 0 and 2^31, ...)
-                -> 400 naming the field; the bounds themselves -> 200.
+                -> 400 naming the field; the bounds themselves -> 200. SGLang's fields by SGLang's ranges
+                (top_k 0, min_p 1.5, min_tokens above max_tokens, ...), and its fields no pool carries
+                (stop_regex set) -> 400; their defaults and in-range values -> 200.
   messages      a message without content / with null content, a tool message without tool_call_id, an
                 assistant message with neither content nor tool_calls, unknown or missing role, a media part
                 -> 400 naming the field.
@@ -63,6 +65,15 @@ FIELDS = {
     "echo": ("bool", (COMPLETIONS,)),
     "best_of": ("int", (COMPLETIONS,)),
     "suffix": ("str", (COMPLETIONS,)),
+    # SGLang's own sampling fields
+    "top_k": ("int", (CHAT, COMPLETIONS)),
+    "min_p": ("num", (CHAT, COMPLETIONS)),
+    "repetition_penalty": ("num", (CHAT, COMPLETIONS)),
+    "min_tokens": ("int", (CHAT, COMPLETIONS)),
+    "ignore_eos": ("bool", (CHAT, COMPLETIONS)),
+    "stop_token_ids": ("list", (CHAT, COMPLETIONS)),
+    "regex": ("str", (CHAT, COMPLETIONS)),
+    "ebnf": ("str", (CHAT, COMPLETIONS)),
 }
 RANGES = [  # (route, field, value, status[, param when not the field])
     (CHAT, "seed", 2**63, 400), (CHAT, "seed", -(2**63) - 1, 400), (CHAT, "seed", 2**64, 400),
@@ -75,6 +86,12 @@ RANGES = [  # (route, field, value, status[, param when not the field])
     (CHAT, "frequency_penalty", 2.5, 400), (CHAT, "presence_penalty", -3, 400),
     (CHAT, "stop", ["a", "b", "c", "d", "e"], 400), (CHAT, "stop", [1], 400, "stop[0]"),
     (CHAT, "logit_bias", {"x": 1}, 400), (CHAT, "logit_bias", {"5": 101}, 400),
+    (CHAT, "top_k", 0, 400), (CHAT, "top_k", -2, 400), (CHAT, "top_k", -1, 200), (COMPLETIONS, "top_k", 20, 200),
+    (CHAT, "min_p", 1.5, 400), (CHAT, "min_p", 0.05, 200), (CHAT, "repetition_penalty", 0, 400),
+    (CHAT, "repetition_penalty", 2.5, 400), (CHAT, "repetition_penalty", 1, 200), (CHAT, "min_tokens", 5, 400),
+    (CHAT, "min_tokens", 4, 200), (CHAT, "min_tokens", -1, 400), (CHAT, "stop_token_ids", [-1], 400,
+    "stop_token_ids[0]"), (CHAT, "ignore_eos", True, 200), (CHAT, "stop_regex", "END$", 400),
+    (COMPLETIONS, "skip_special_tokens", False, 400), (CHAT, "skip_special_tokens", True, 200),
 ]
 
 

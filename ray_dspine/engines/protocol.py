@@ -41,8 +41,12 @@ class GenerateRequest(BaseModel):
     messages: list[ChatMessage] | None = Field(default=None, description="Chat request; exclusive with prompt.")
     prompt: str | None = Field(default=None, description="Plain completion request; exclusive with messages.")
     max_tokens: int = Field(ge=1, description="Most tokens to generate.")
-    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    temperature: float | None = Field(
+        default=0.0, ge=0.0, le=2.0, description="None: the engine's default (the client left it out)."
+    )
+    top_p: float | None = Field(default=1.0, gt=0.0, le=1.0, description="None: the engine's default.")
+    top_k: int | None = Field(default=None, ge=-1, description="-1: off; None: the engine's default (off).")
+    min_p: float | None = Field(default=None, ge=0.0, le=1.0, description="None: the engine's default (0).")
     seed: int | None = None
     stop: list[str] = Field(default_factory=list)
     reasoning_level: ReasoningLevel = "none"
@@ -68,6 +72,12 @@ class GenerateRequest(BaseModel):
     frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
     presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
     logit_bias: dict[str, float] | None = Field(default=None, description="Token id (as a string) -> bias, -100..100.")
+    repetition_penalty: float | None = Field(default=None, gt=0.0, le=2.0, description="None: the engine's default.")
+    min_tokens: int = Field(default=0, ge=0, description="Stop tokens (EOS, stop_token_ids) are masked until this many.")
+    ignore_eos: bool = Field(default=False, description="No token ends the request (EOS nor stop_token_ids), as SGLang.")
+    stop_token_ids: list[int] = Field(default_factory=list, description="Token ids that end the request, as EOS does.")
+    regex: str | None = Field(default=None, description="A regular expression the output must match (SGLang).")
+    ebnf: str | None = Field(default=None, description="An EBNF grammar the output must follow (SGLang).")
     pace: bool = Field(
         default=True,
         description="The router's permit: a replica that paces long prompts may pace this one "

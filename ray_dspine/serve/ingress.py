@@ -166,8 +166,10 @@ class IngressCore:
             prompt=None if chat else (parsed.prompt_text() or ""),
             max_tokens=max_tokens or self.server.default_max_tokens,
             clamp_max_tokens=max_tokens is None,
-            temperature=1.0 if parsed.temperature is None else parsed.temperature,
-            top_p=1.0 if parsed.top_p is None else parsed.top_p,
+            temperature=parsed.temperature,  # None: the engine's default (openai_schema.py rule `omitted`)
+            top_p=parsed.top_p,
+            top_k=parsed.top_k,
+            min_p=parsed.min_p,
             seed=parsed.seed,
             stop=parsed.stop_list(),
             reasoning_level=level,
@@ -183,6 +185,12 @@ class IngressCore:
             frequency_penalty=parsed.frequency_penalty or 0.0,
             presence_penalty=parsed.presence_penalty or 0.0,
             logit_bias=parsed.logit_bias or None,
+            repetition_penalty=parsed.repetition_penalty,
+            min_tokens=parsed.min_tokens,
+            ignore_eos=parsed.ignore_eos,
+            stop_token_ids=parsed.stop_token_ids or [],
+            regex=parsed.regex or None,
+            ebnf=parsed.ebnf or None,
         )
         return typed, parsed
 

@@ -11,8 +11,15 @@ Rules:
              `tool_call_id`; `assistant` needs `content` or `tool_calls`.
   prompt     a string (empty allowed), a list of one string, a list of token ids, or a list of one list of
              token ids; an empty list or more than one prompt is a 400.
+  sglang     SGLang's own sampling fields, with SGLang 0.5.23's ranges (`SamplingParams.verify`): `top_k`
+             -1 (off) or at least 1, `min_p` in [0, 1], `repetition_penalty` in (0, 2], `min_tokens` from 0
+             (not above the max tokens asked for: `request_features.py`), `ignore_eos`, `stop_token_ids`
+             (token ids), `regex` and `ebnf`.
   unknown    unknown top-level and message fields are ignored (clients send many); known fields a pool
-             does not serve are refused by `request_features.py` when their value asks for something.
+             does not serve, and SGLang's fields this server does not carry, are refused by
+             `request_features.py` when their value asks for something.
+  omitted    sampling fields left out stay None: the engine applies its defaults (an SGLang chat request
+             takes the model's generation_config, as SGLang's `--sampling-defaults model` does).
 """
 
 from __future__ import annotations
@@ -164,7 +171,7 @@ class ToolSpec(BaseModel):
 
 
 class _Sampling(BaseModel):
-    model_config = STRICT
+    model_config = ConfigDict(extra="allow", strict=True)  # extra top-level keys: `model_extra` (rule `unknown`)
 
     model: str = Field(min_length=1)
     max_tokens: TokenCount | None = None
@@ -179,6 +186,22 @@ class _Sampling(BaseModel):
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     logit_bias: dict[str, float] | None = None
+    # SGLang's own fields (rule `sglang`)
+    top_k: int | None = Field(default=None, description="-1: off; k >= 1: sample among the k likeliest tokens.")
+    min_p: float | None = Field(default=None, ge=0.0, le=1.0)
+    repetition_penalty: float | None = Field(default=None, gt=0.0, le=2.0)
+    min_tokens: int = Field(default=0, ge=0, le=INT32_MAX, description="Stop tokens are masked until this many.")
+    ignore_eos: bool = False
+    stop_token_ids: list[Annotated[int, Field(ge=0, le=INT32_MAX)]] | None = None
+    regex: str | None = None
+    ebnf: str | None = None
+
+    @field_validator("top_k")
+    @classmethod
+    def _top_k(cls, value):
+        if value is not None and value != -1 and value < 1:
+            raise ValueError("must be -1 (off) or at least 1")
+        return value
 
     @field_validator("stop")
     @classmethod

@@ -11,8 +11,17 @@ Rules, checked in this order; the first that applies refuses with 400, param = t
   echo/best_of/suffix completions: `echo` true, `best_of` > 1, `suffix` non-empty. Refused on every pool.
   response_format     completions: refused (a chat field). Chat, any type but "text": sglang pools only
                       (SGLang constrains decoding with its grammar backend).
-  penalties           `frequency_penalty` or `presence_penalty` non-zero: sglang pools only.
+  penalties           `frequency_penalty` or `presence_penalty` non-zero, `repetition_penalty` other than 1:
+                      sglang pools only.
   logit_bias          non-empty: sglang pools only.
+  min_tokens          above the max tokens asked for: refused on every pool (code invalid_value), as SGLang's
+                      SamplingParams.verify refuses it.
+  grammar             `regex` or `ebnf` non-empty: sglang pools only; more than one of `regex`, `ebnf` and a
+                      `response_format` other than "text": refused (code invalid_value), as SGLang allows one.
+  sglang fields       SGLang's request fields this server does not carry (SGLANG_FIELDS_REFUSED) with a value
+                      other than SGLang's default: refused on every pool. SGLANG_FIELDS_IGNORED are SGLang's
+                      fields that do not change an answer here, each with the reason; SGLang's other fields are
+                      the schema's own (openai_schema.py) and are carried or refused above.
   tools               non-empty: sglang pools only (SGLang's --tool-call-parser turns calls into deltas).
   tool_choice         must be "none", "auto", "required" or {"type": "function", "function": {"name": N}}
                       (code invalid_value); "required" or a named function needs `tools`, and N must name
@@ -22,12 +31,51 @@ Complexity: O(number of tools).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from .openai_schema import ChatCompletionRequest, CompletionRequest
 
 # Engine kinds whose pools carry sampling controls, structured output and tools to the model.
 FULL_FEATURE_ENGINES = frozenset({"sglang"})
+
+# SGLang 0.5.23's request fields (ChatCompletionRequest, CompletionRequest) that no pool here carries, each with
+# SGLang's default: the value a client may send and still pass (rule `sglang fields`).
+SGLANG_FIELDS_REFUSED = {
+    "stop_regex": None, "no_stop_trim": False, "continue_final_message": False, "skip_special_tokens": True,
+    "separate_reasoning": True, "stream_reasoning": True, "json_schema": None, "lora_path": None,
+    "session_id": None, "session_params": None, "custom_logit_processor": None, "custom_params": None,
+    "watermark": None, "cache_salt": None, "input_ids": None, "thinking": None, "task": None,
+    "return_hidden_states": False, "return_routed_experts": False, "return_token_ids": False,
+    "return_prompt_token_ids": False, "return_meta_info": False, "return_input_ids_in_sglext": False,
+    "return_output_ids_in_sglext": False, "return_sampling_mask": False, "sampling_logprobs_mode": None,
+    "return_flat_raw_output_top_logprobs": False, "images_config": None, "video_config": None,
+    "mm_processor_kwargs": None, "max_dynamic_patch": None, "min_dynamic_patch": None,
+    "use_audio_in_video": False,
+}  # fmt: skip
+_REFUSED_HINTS = {
+    "session_id": "SGLang's stateful sessions are not served; the x-session-id header keeps a conversation on its "
+                  "replica",
+    "json_schema": 'send `response_format: {"type": "json_schema", ...}` to /v1/chat/completions',
+    "cache_salt": "every request here shares the prefix cache of its replica",
+    "lora_path": "the pools serve their base model only",
+}  # fmt: skip
+SGLANG_FIELDS_IGNORED = {
+    "rid": "the ingress names each request itself (the answer's `id`)",
+    "return_spec_tokens_details": "usage always carries verify_steps, accept_length and accept_histogram",
+    "return_cached_tokens_details": "usage always carries prompt_tokens_details.cached_tokens",
+    "priority": "the router orders requests; an answer does not change with it",
+    "extra_key": "a label for SGLang's own request classification",
+    "custom_labels": "labels for SGLang's own metrics",
+    "bootstrap_host": "prefill/decode placement inside one SGLang deployment; the router places requests",
+    "bootstrap_port": "prefill/decode placement inside one SGLang deployment; the router places requests",
+    "bootstrap_room": "prefill/decode placement inside one SGLang deployment; the router places requests",
+    "routed_dp_rank": "data-parallel placement inside one SGLang server; the router places requests",
+    "disagg_prefill_dp_rank": "data-parallel placement inside one SGLang server; the router places requests",
+    "data_parallel_rank": "data-parallel placement inside one SGLang server; the router places requests",
+    "routed_experts_start_len": "read only with return_routed_experts, which is refused",
+    "return_flat_raw_top_logprobs_b64": "read only with log-probabilities, which are refused",
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -57,10 +105,46 @@ def refusal(parsed: ChatCompletionRequest | CompletionRequest, pool: str, engine
     for name in ("frequency_penalty", "presence_penalty"):
         if getattr(parsed, name) not in (None, 0.0) and not full:
             return Refusal(name, f"`{name}` is not served by {where}; send 0 or leave it out")
+    if parsed.repetition_penalty not in (None, 1.0) and not full:
+        return Refusal("repetition_penalty", f"`repetition_penalty` is not served by {where}; send 1 or leave it out")
     if parsed.logit_bias and not full:
         return Refusal("logit_bias", f"`logit_bias` is not served by {where}; leave it out")
+    for check in (_min_tokens, _grammar, _sglang_fields):
+        found = check(parsed, chat, where, full)
+        if found is not None:
+            return found
     if chat:
         return _tools(parsed, where, full)
+    return None
+
+
+def _min_tokens(parsed, chat: bool, where: str, full: bool) -> Refusal | None:
+    most = (parsed.max_completion_tokens if chat else None) or parsed.max_tokens
+    if most is not None and parsed.min_tokens > most:
+        return Refusal("min_tokens", f"min_tokens is {parsed.min_tokens}, more than the {most} tokens asked for at "
+                       "most; lower it", code="invalid_value")  # fmt: skip
+    return None
+
+
+def _grammar(parsed, chat: bool, where: str, full: bool) -> Refusal | None:
+    asked = [name for name in ("regex", "ebnf") if getattr(parsed, name)]
+    if chat and parsed.response_format is not None and parsed.response_format.type != "text":
+        asked.append("response_format")
+    if len(asked) > 1:
+        return Refusal(asked[1], f"only one of {', '.join(asked)} may constrain a request; send one",
+                       code="invalid_value")  # fmt: skip
+    if asked and asked[0] != "response_format" and not full:
+        return Refusal(asked[0], f"`{asked[0]}` is not served by {where}: it has no constrained decoding; an "
+                       "sglang pool serves it")  # fmt: skip
+    return None
+
+
+def _sglang_fields(parsed, chat: bool, where: str, full: bool) -> Refusal | None:
+    extra = parsed.model_extra or {}
+    for name, default in SGLANG_FIELDS_REFUSED.items():
+        if name in extra and extra[name] != default:
+            hint = _REFUSED_HINTS.get(name, f"send {json.dumps(default)} or leave it out")
+            return Refusal(name, f"`{name}` (an SGLang field) is not served by this server; {hint}")
     return None
 
 

@@ -170,3 +170,60 @@ def test_greedy_multi_turn_identical_with_and_without_prefix_reuse(loaded):
     assert second_off[1].usage.cached_prompt_tokens == 0
     # turn 1's prompt blocks at least (B = 16) are reused
     assert second_on[1].usage.cached_prompt_tokens >= (first_on[1].usage.prompt_tokens // 16) * 16
+
+
+def greedy_ids(loaded, text, max_tokens=24, speculative=False, **fields):
+    """A greedy request decoded step by step alone: its output token ids and finish reason."""
+    from ray_dspine.engines.embedded.prompt import render_prompt
+    from ray_dspine.engines.embedded.sequence import run_step
+    from ray_dspine.engines.embedded.sequence_setup import make_sequence
+
+    config = EmbeddedEngineConfig(dtype="fp32", speculative=speculative, adaptive_draft=False)
+    req = request(text, max_tokens=max_tokens, **fields)
+    seq = make_sequence(config, loaded, req, render_prompt(loaded.tokenizer, req), drafter_enabled=speculative)
+    text_out = ""
+    while seq.finished is None:
+        text_out += run_step(seq, loaded.model, 512, speculative).text
+    return seq.output_ids, seq.finished, text_out
+
+
+def test_end_tokens_eos_ends_the_request_unless_ignore_eos(loaded):
+    ids, finished, _ = greedy_ids(loaded, PROMPTS[0])
+    assert finished == "stop" and ids[-1] in loaded.eos_token_ids and len(ids) < 24  # the control: EOS ends it
+    ids, finished, _ = greedy_ids(loaded, PROMPTS[0], ignore_eos=True)
+    assert finished == "length" and len(ids) == 24
+
+
+def test_end_tokens_min_tokens_masks_eos_until_reached(loaded):
+    plain, _, plain_text = greedy_ids(loaded, PROMPTS[0])
+    n = len(plain)  # the EOS is the n-th token
+    assert plain[-1] in loaded.eos_token_ids and n + 4 < 24
+    for speculative in (False, True):
+        ids, finished, text = greedy_ids(loaded, PROMPTS[0], min_tokens=n + 4, speculative=speculative)
+        # the same greedy tokens up to the EOS, which is masked at position n - 1 and below n + 3
+        assert ids[: n - 1] == plain[: n - 1] and ids[n - 1] not in loaded.eos_token_ids
+        assert len(ids) >= n + 4 and not set(ids[: n + 3]) & loaded.eos_token_ids
+        assert text.startswith(plain_text), speculative
+
+
+def test_end_tokens_a_stop_token_id_ends_the_request_and_is_not_shown(loaded):
+    plain, _, _ = greedy_ids(loaded, PROMPTS[0])
+    # the first token of the answer that did not come before it: the request ends on it
+    at = next(i for i in range(2, len(plain)) if plain[i] not in plain[:i] and plain[i] not in loaded.eos_token_ids)
+    ids, finished, text = greedy_ids(loaded, PROMPTS[0], stop_token_ids=[plain[at]])
+    assert finished == "stop" and ids == plain[: at + 1]
+    assert text == loaded.tokenizer.decode(plain[:at])
+    ids, finished, _ = greedy_ids(loaded, PROMPTS[0], stop_token_ids=[plain[at]], ignore_eos=True)
+    assert finished == "length" and len(ids) == 24  # ignore_eos: no token ends it, as in SGLang
+
+
+def test_sampling_fields_left_out_take_openais_defaults(loaded):
+    from ray_dspine.engines.embedded.sequence_setup import make_sequence
+
+    config = EmbeddedEngineConfig(dtype="fp32")
+    req = request("hi", temperature=None, top_p=None, top_k=-1)
+    seq = make_sequence(config, loaded, req, [1, 2, 3], drafter_enabled=False)
+    assert (seq.temperature, seq.top_p, seq.top_k, seq.min_p) == (1.0, 1.0, 0, 0.0)
+    seq = make_sequence(config, loaded, request("hi", top_k=20, min_p=0.1, min_tokens=99, max_tokens=8), [1],
+                        drafter_enabled=False)  # fmt: skip
+    assert (seq.top_k, seq.min_p, seq.min_tokens) == (20, 0.1, 8)  # min_tokens clamped to max_tokens, as SGLang

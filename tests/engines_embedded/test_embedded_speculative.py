@@ -67,3 +67,35 @@ def test_sampling_rejection_ends_the_step():
     logits = logits_for([0, 1])
     generator = torch.Generator().manual_seed(0)
     assert accept_sampled(logits, [3], 1.0, 1.0, generator) == [0]
+
+
+def test_rule_filters_top_k_keeps_the_k_likeliest():
+    # probs 0.5, 0.3, 0.15, 0.05; top_k 2 keeps 0.5 and 0.3, renormalised to 0.625 and 0.375
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    probs = target_probs(logits, temperature=1.0, top_p=1.0, top_k=2)[0]
+    assert torch.allclose(probs, torch.tensor([0.625, 0.375, 0.0, 0.0]), atol=1e-6)
+
+
+def test_rule_filters_min_p_drops_below_a_share_of_the_top_token():
+    # min_p 0.25 of the top 0.5 is 0.125: 0.05 goes, 0.5, 0.3, 0.15 stay and sum to 0.95
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    probs = target_probs(logits, temperature=1.0, top_p=1.0, min_p=0.25)[0]
+    assert torch.allclose(probs, torch.tensor([0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0.0]), atol=1e-6)
+
+
+def test_rule_filters_apply_together_on_the_unfiltered_probabilities():
+    # top_k 3 keeps 0.5, 0.3, 0.15; top_p 0.7 keeps 0.5, 0.3 (the mass above 0.15 is 0.8 >= 0.7): both hold
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    probs = target_probs(logits, temperature=1.0, top_p=0.7, top_k=3)[0]
+    assert torch.allclose(probs, torch.tensor([0.625, 0.375, 0.0, 0.0]), atol=1e-6)
+    # the likeliest token always stays: top_k 1 and min_p 1 leave it alone
+    assert target_probs(logits, 1.0, 1.0, top_k=1, min_p=1.0)[0].tolist() == [1.0, 0.0, 0.0, 0.0]
+
+
+def test_rule_filters_sampling_never_draws_a_filtered_token():
+    # with top_k 2, a draft of the third token is always rejected and the draw is 0 or 1
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05], [0.25, 0.25, 0.25, 0.25]]))
+    generator = torch.Generator().manual_seed(5)
+    for _ in range(200):
+        out = accept_sampled(logits, [2], 1.0, 1.0, generator, top_k=2)
+        assert len(out) == 1 and out[0] in (0, 1)

@@ -97,3 +97,18 @@ def test_sglang_pool_gets_tools_tool_choice_and_json_schema():
     assert (typed.tools, typed.tool_choice, typed.parallel_tool_calls) == (tools, "required", False)
     assert typed.response_format == schema and typed.frequency_penalty == 0.2
     assert typed.messages[2].model_dump(exclude_none=True) == {"role": "tool", "content": "1 failed", "tool_call_id": "c1"}
+
+
+def test_sampling_fields_left_out_stay_unset_and_sglangs_own_fields_are_carried():
+    from ray_dspine.config_io import load_app_configs
+
+    [(_, prod)] = load_app_configs(REPO / "clusters" / "prod.yaml")
+    ingress = IngressCore(prod, {pool.name: object() for pool in prod.pools}, metrics=NoMetrics())
+    base = {"model": prod.server.served_model_name, "messages": [{"role": "user", "content": "fix it"}]}
+    typed, _ = ingress.build_request(base, request(), chat=True)
+    # left out: None, so SGLang applies the model's generation_config (rule `omitted`)
+    assert (typed.temperature, typed.top_p, typed.top_k, typed.min_p, typed.repetition_penalty) == (None,) * 5
+    asked = {"temperature": 0.6, "top_p": 0.95, "top_k": 20, "min_p": 0.05, "repetition_penalty": 1.05,
+             "min_tokens": 4, "ignore_eos": True, "stop_token_ids": [151645], "regex": "[a-z]+", "max_tokens": 64}
+    typed, _ = ingress.build_request({**base, **asked}, request(), chat=True)
+    assert {name: getattr(typed, name) for name in asked} == asked

@@ -65,6 +65,16 @@ def test_rule_penalties_only_on_sglang_pools():
     assert refused(chat(frequency_penalty=0.5, presence_penalty=1), "sglang") is None
 
 
+def test_rule_penalties_repetition_penalty_other_than_one_only_on_sglang_pools():
+    assert refused(chat(repetition_penalty=1.1)) == ("repetition_penalty", "unsupported_parameter")
+    assert refused(completion(repetition_penalty=0.9), "simulated") == ("repetition_penalty", "unsupported_parameter")
+    assert refused(chat(repetition_penalty=1.0)) is None  # SGLang's "no penalty"
+    assert refused(chat(repetition_penalty=1.1), "sglang") is None
+    for bad in (0.0, 2.5):  # SGLang's SamplingParams.verify: (0, 2]
+        with pytest.raises(ValueError, match="repetition_penalty"):
+            chat(repetition_penalty=bad)
+
+
 def test_rule_logit_bias_only_on_sglang_pools():
     assert refused(chat(logit_bias={"42": -100})) == ("logit_bias", "unsupported_parameter")
     assert refused(completion(logit_bias={"42": -100}), "sglang") is None
@@ -94,3 +104,43 @@ def test_rule_tool_choice_shape_and_needs_tools():
 def test_rule_order_first_broken_rule_is_named():
     assert refused(chat(logprobs=True, tools=TOOLS, frequency_penalty=1))[0] == "logprobs"
     assert refused(chat(frequency_penalty=1, tools=TOOLS))[0] == "frequency_penalty"
+
+
+def test_rule_min_tokens_not_above_the_max_tokens_asked_for():
+    assert refused(chat(max_tokens=8, min_tokens=9), "sglang") == ("min_tokens", "invalid_value")
+    assert refused(chat(max_tokens=100, max_completion_tokens=8, min_tokens=9)) == ("min_tokens", "invalid_value")
+    assert refused(completion(max_tokens=8, min_tokens=8)) is None
+    assert refused(chat(min_tokens=500)) is None  # no max asked for: the engine clamps to what fits
+    with pytest.raises(ValueError, match="min_tokens"):
+        chat(min_tokens=-1)
+
+
+def test_rule_grammar_regex_and_ebnf_only_on_sglang_pools_and_one_constraint():
+    assert refused(chat(regex="[0-9]+")) == ("regex", "unsupported_parameter")
+    assert refused(completion(ebnf='root ::= "yes" | "no"'), "simulated") == ("ebnf", "unsupported_parameter")
+    assert refused(chat(regex="[0-9]+"), "sglang") is None
+    assert refused(chat(regex=""), "embedded") is None  # empty: unset, as SGLang reads it
+    assert refused(chat(regex="a", ebnf='root ::= "a"'), "sglang") == ("ebnf", "invalid_value")
+    assert refused(chat(regex="a", response_format={"type": "json_object"}), "sglang") == ("response_format",
+                                                                                            "invalid_value")
+
+
+def test_rule_sglang_fields_not_carried_are_refused_unless_at_sglangs_default():
+    for engine in ("embedded", "sglang"):
+        assert refused(chat(stop_regex="END$"), engine) == ("stop_regex", "unsupported_parameter")
+        assert refused(chat(skip_special_tokens=False), engine) == ("skip_special_tokens", "unsupported_parameter")
+        assert refused(completion(json_schema='{"type": "object"}'), engine)[0] == "json_schema"
+        assert refused(chat(session_id="s1"), engine)[0] == "session_id"
+    # SGLang's defaults, and fields that change no answer here, pass
+    assert refused(chat(skip_special_tokens=True, no_stop_trim=False, separate_reasoning=True, stop_regex=None)) is None
+    assert refused(chat(rid="mine", priority=3, return_spec_tokens_details=True), "sglang") is None
+    found = refusal(chat(no_stop_trim=True), "spec", "sglang")
+    assert found.message == "`no_stop_trim` (an SGLang field) is not served by this server; send false or leave it out"
+
+
+def test_schema_sglang_sampling_ranges():
+    assert chat(top_k=-1).top_k == -1 and chat(top_k=20).top_k == 20
+    for field, bad in (("top_k", 0), ("top_k", -2), ("min_p", 1.5), ("min_p", -0.1), ("stop_token_ids", [-1]),
+                       ("stop_token_ids", ["2"]), ("ignore_eos", "yes")):  # fmt: skip
+        with pytest.raises(ValueError, match=field):
+            chat(**{field: bad})

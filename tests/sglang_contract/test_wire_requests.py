@@ -12,6 +12,7 @@ import itertools
 
 import pytest
 
+from ray_dspine.engines.module_stand_ins import install_module_stand_ins
 from ray_dspine.engines.protocol import ChatMessage, GenerateRequest
 from ray_dspine.engines.sglang import mapping
 from ray_dspine.engines.sglang.mapping import build_payload, endpoint_for
@@ -172,3 +173,64 @@ def test_every_combination_validates_with_no_dropped_key(level, chat, tools, res
             (None, {"enable_thinking": False}) if level == "none"
             else (level, {"thinking": True, "enable_thinking": True}))
         assert (sglang.tools is not None, sglang.response_format is not None) == (tools, response_format is not None)
+
+
+QWEN_GENERATION_CONFIG = {"temperature": 0.6, "top_p": 0.95, "top_k": 20}  # a generation_config.json's sampling
+
+
+def test_sampling_left_out_lets_sglang_apply_the_models_generation_config():
+    request = GenerateRequest(request_id="d1", messages=[ChatMessage(role="user", content="hi")], max_tokens=8,
+                              temperature=None, top_p=None)  # fmt: skip
+    payload = build_payload(request, MODEL)
+    assert not {"temperature", "top_p", "top_k", "min_p", "repetition_penalty"} & set(payload)
+    sglang = protocol.ChatCompletionRequest.model_validate(payload)
+    params = sglang.to_sampling_params(stop=sglang.stop, model_generation_config=QWEN_GENERATION_CONFIG)
+    # what SGLang's own --sampling-defaults model gives a client that sent none of them
+    assert {key: params[key] for key in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")} == {
+        "temperature": 0.6, "top_p": 0.95, "top_k": 20, "min_p": 0.0, "repetition_penalty": 1.0}
+    # a value the client gave wins over the model's
+    request = request.model_copy(update={"temperature": 0.0})
+    sglang = protocol.ChatCompletionRequest.model_validate(build_payload(request, MODEL))
+    assert sglang.to_sampling_params(stop=None, model_generation_config=QWEN_GENERATION_CONFIG)["temperature"] == 0.0
+
+
+@pytest.mark.parametrize("chat", [True, False])
+def test_sglangs_own_sampling_fields_reach_its_sampling_params_and_pass_its_verify(chat):
+    from sglang.srt.sampling.sampling_params import SamplingParams
+
+    source = dict(messages=[ChatMessage(role="user", content="q")]) if chat else dict(prompt="q")
+    request = GenerateRequest(request_id="x1", max_tokens=32, temperature=0.7, top_p=0.8, top_k=20, min_p=0.05,
+                              repetition_penalty=1.05, min_tokens=4, ignore_eos=True, stop_token_ids=[151645],
+                              regex="[a-z ]+", **source)  # fmt: skip
+    payload = build_payload(request, MODEL)
+    expected = {"top_k": 20, "min_p": 0.05, "repetition_penalty": 1.05, "min_tokens": 4, "ignore_eos": True,
+                "stop_token_ids": [151645], "regex": "[a-z ]+"}  # fmt: skip
+    assert {key: payload[key] for key in expected} == expected
+    assert unknown_keys(_sglang_class(payload), payload) == []
+    sglang = _sglang_class(payload).model_validate(payload)
+    if chat:
+        params = sglang.to_sampling_params(stop=None, model_generation_config=QWEN_GENERATION_CONFIG)
+    else:
+        install_module_stand_ins()  # serving_completions imports vision code at module level
+        from sglang.srt.entrypoints.openai.serving_completions import OpenAIServingCompletion
+
+        params = OpenAIServingCompletion._build_sampling_params(None, sglang)
+    assert {key: params[key] for key in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty",
+                                         "min_new_tokens", "ignore_eos", "stop_token_ids", "regex")} == {
+        "temperature": 0.7, "top_p": 0.8, "top_k": 20, "min_p": 0.05, "repetition_penalty": 1.05,
+        "min_new_tokens": 4, "ignore_eos": True, "stop_token_ids": [151645], "regex": "[a-z ]+"}  # fmt: skip
+    accepted = {key: value for key, value in params.items() if key in SamplingParams.__struct_fields__}
+    SamplingParams(**accepted).verify(vocab_size=151_936)  # SGLang's own range checks pass
+
+
+def test_every_sglang_request_field_is_carried_refused_or_ignored_with_a_reason():
+    from ray_dspine.serve.openai_schema import ChatCompletionRequest, CompletionRequest
+    from ray_dspine.serve.request_features import SGLANG_FIELDS_IGNORED, SGLANG_FIELDS_REFUSED
+
+    ours = set(ChatCompletionRequest.model_fields) | set(CompletionRequest.model_fields)
+    assert not ours & set(SGLANG_FIELDS_REFUSED) and not ours & set(SGLANG_FIELDS_IGNORED)
+    for sglang_class in (protocol.ChatCompletionRequest, protocol.CompletionRequest):
+        for name, info in sglang_class.model_fields.items():
+            assert name in ours | set(SGLANG_FIELDS_REFUSED) | set(SGLANG_FIELDS_IGNORED), name
+            if name in SGLANG_FIELDS_REFUSED:  # the value that passes is SGLang's own default
+                assert SGLANG_FIELDS_REFUSED[name] == info.get_default(call_default_factory=True), name

@@ -1,10 +1,10 @@
-"""One request's decoding: chunked prefill, then verify steps until EOS, a stop string or max_tokens.
+"""One request's decoding: chunked prefill, then verify steps until an end token, a stop string or max_tokens.
 
 Rule. Prefill starts after the `cached_tokens` a prefix-cache hit covers (their KV is already in
 `cache`) and runs the rest of the prompt in chunks of `prefill_chunk_tokens`; the last chunk's logits give the
 first token (counted as one step that produced one token). Each later step feeds
 [last, d1..dk] (k = 0 autoregressive, or when the drafter has nothing to propose) and emits the
-tokens `speculative.accept_*` returns, cut at the first EOS and at max_tokens. The draft is
+tokens `speculative.accept_*` returns, cut at the first end token and at max_tokens. The draft is
 shortened so a step never overshoots max_tokens: k <= remaining - 1.
 The KV cache holds every token but `last`; rejected draft tokens are cropped right after the step.
 `run_step` is a step alone; a batched step (engine.py, batch.py) runs the same pieces around one
@@ -16,6 +16,9 @@ comes with a mask, a copy of the whole cache per layer. The logits are the same 
 CPU model a 9-token verify block behind 3,000 cached tokens took 90.4 ms instead of 114.1 ms (MEASURED,
 fp32, docs/results/embedded-engine.md). A one-token step (no draft) and prefill chunks keep the model's
 own forward: no copy is made for one token, and a chunk gains nothing measurable.
+Rule `end tokens` (SGLang's): the end tokens are EOS and the request's stop_token_ids. The first one emitted
+finishes the request ("stop") and is not shown; with ignore_eos none does. While fewer than min_tokens tokens
+are out, every logits row for a position below min_tokens has the end tokens at -inf, so none is chosen there.
 Under `row_exact` (batch.py rule `row exact`) a draft is cut to ROW_EXACT_MAX_ROWS - 1 tokens and its
 block's attention runs one query row at a time, so every row's logits are a one-token step's bits.
 """
@@ -71,6 +74,11 @@ class Sequence:
     finished: str | None = None
     path: str = "autoregressive"
     row_exact: bool = False  # batch.py rule `row exact`
+    top_k: int = 0  # 0: off (speculative.py rule `filters`)
+    min_p: float = 0.0
+    min_tokens: int = 0  # rule `end tokens`
+    ignore_eos: bool = False
+    stop_token_ids: frozenset[int] = frozenset()
 
     def __post_init__(self) -> None:
         self.accept_histogram = [0] * self.histogram_size
@@ -96,6 +104,11 @@ class Sequence:
             cached_prompt_tokens=self.cached_tokens,
         )
 
+    @property
+    def end_token_ids(self) -> frozenset[int]:
+        """The tokens that end the request (rule `end tokens`)."""
+        return self.eos_token_ids | self.stop_token_ids
+
     def tracker(self) -> AcceptanceTracker | None:
         """The acceptance counts for the latest proposal's match length (draft_policy.py rule `match`)."""
         return None if self.acceptance is None else self.acceptance.of(self.match_length)
@@ -118,10 +131,22 @@ def _forward(model, ids: list[int], cache, keep_all: bool) -> torch.Tensor:
     return out.logits[0]
 
 
+def _masked(seq: Sequence, logits: torch.Tensor) -> torch.Tensor:
+    """`logits` (rows for the next output positions) with the end tokens at -inf in every row whose position
+    is below min_tokens (rule `end tokens`); the same tensor when no row is."""
+    rows = min(seq.min_tokens - len(seq.output_ids), logits.shape[0])
+    if rows <= 0:
+        return logits
+    logits = logits.clone()
+    logits[:rows, sorted(seq.end_token_ids)] = float("-inf")
+    return logits
+
+
 def _choose(seq: Sequence, logits: torch.Tensor, draft: list[int]) -> list[int]:
+    logits = _masked(seq, logits)
     if seq.temperature == 0.0:
         return accept_greedy(logits, draft)
-    return accept_sampled(logits, draft, seq.temperature, seq.top_p, seq.generator)
+    return accept_sampled(logits, draft, seq.temperature, seq.top_p, seq.generator, seq.top_k, seq.min_p)
 
 
 def next_chunk(seq: Sequence, chunk_tokens: int) -> list[int] | None:
@@ -135,10 +160,11 @@ def after_prefill(seq: Sequence, chunk: list[int], logits: torch.Tensor) -> Step
     seq.prefilled += len(chunk)
     if seq.prefilling:
         return StepOutput("", 0, None)
+    last = _masked(seq, logits[-1:])
     if seq.temperature == 0.0:
-        first = int(logits[-1].argmax().item())
+        first = int(last[0].argmax().item())
     else:
-        probs = target_probs(logits[-1:], seq.temperature, seq.top_p)[0]
+        probs = target_probs(last, seq.temperature, seq.top_p, seq.top_k, seq.min_p)[0]
         first = int(torch.multinomial(probs, 1, generator=seq.generator).item())
     return _emit(seq, [first])
 
@@ -248,8 +274,9 @@ def ensure_cache(seq: Sequence) -> None:
 
 
 def _emit(seq: Sequence, tokens: list[int]) -> StepOutput:
+    ends = frozenset() if seq.ignore_eos else seq.end_token_ids
     for i, token in enumerate(tokens):
-        if token in seq.eos_token_ids:
+        if token in ends:
             tokens = tokens[: i + 1]
             seq.finished = "stop"
             break
@@ -263,6 +290,8 @@ def _emit(seq: Sequence, tokens: list[int]) -> StepOutput:
     if seq.finished is None and seq.remaining <= 0:
         seq.finished = "length"
     visible = [t for t in tokens if t not in seq.eos_token_ids]
+    if seq.finished == "stop" and visible and visible[-1] in ends:
+        visible = visible[:-1]  # a matched stop token id is not shown, as SGLang trims it
     text = seq.detokenizer.push(visible, final=seq.finished is not None)
     if seq.detokenizer.stopped:
         seq.finished = "stop"

@@ -3,6 +3,8 @@
 Rules (C = min(context_length_tokens, the model's context), P = prompt tokens, M = max_tokens):
   P >= C is refused (400, param messages/prompt); P + M > C is refused (400, param max_tokens) unless
   the request asked to clamp (max_tokens not given), then M = C - P.
+  Sampling fields left out (None) take OpenAI's defaults, temperature 1 and top-p 1, no top-k or min-p:
+  the model's GGUF names no sampling defaults of its own (SGLang would read generation_config.json).
   Sampling draws from a generator seeded with the request's seed (a random one without).
   A seeded sampled request drafts with the prior step costs 1 + draft_cost_ratio_prior * k, never the
   measured ones nor an exploration, and its acceptance counts start neutral and feed no pool
@@ -20,6 +22,9 @@ from .detokenizer import IncrementalDetokenizer
 from .draft_policy import MatchedAcceptance
 from .drafter import NgramDrafter
 from .sequence import Sequence
+
+DEFAULT_TEMPERATURE = 1.0  # OpenAI's, for a request that leaves it out
+DEFAULT_TOP_P = 1.0
 
 
 def make_sequence(
@@ -50,8 +55,9 @@ def make_sequence(
                 code="context_length_exceeded",
             )
         max_tokens = context - len(prompt_ids)
+    temperature = DEFAULT_TEMPERATURE if request.temperature is None else request.temperature
     generator = None
-    if request.temperature > 0:
+    if temperature > 0:
         import torch
 
         generator = torch.Generator()
@@ -65,8 +71,13 @@ def make_sequence(
         request_id=request.request_id or uuid.uuid4().hex,
         prompt_ids=prompt_ids,
         max_tokens=max_tokens,
-        temperature=request.temperature,
-        top_p=request.top_p,
+        temperature=temperature,
+        top_p=DEFAULT_TOP_P if request.top_p is None else request.top_p,
+        top_k=max(request.top_k or 0, 0),  # None and -1: off
+        min_p=request.min_p or 0.0,
+        min_tokens=min(request.min_tokens, max_tokens),
+        ignore_eos=request.ignore_eos,
+        stop_token_ids=frozenset(request.stop_token_ids),
         eos_token_ids=loaded.eos_token_ids,
         detokenizer=IncrementalDetokenizer(loaded.tokenizer, request.stop),
         drafter=drafter,

@@ -6,12 +6,16 @@ Every emitted token equals what token-by-token greedy decoding would produce, so
 unchanged (up to floating-point differences between a block forward and a one-token forward,
 which is why equivalence is checked in fp32).
 
-Rule (sampling, temperature T > 0, top-p P). The n-gram drafter is deterministic, so its proposal
-distribution q is a point mass on d_i. Standard speculative sampling (Leviathan et al. 2023;
+Rule (sampling, temperature T > 0, top-p P, top-k K, min-p M). The n-gram drafter is deterministic, so its
+proposal distribution q is a point mass on d_i. Standard speculative sampling (Leviathan et al. 2023;
 Chen et al. 2023) accepts d_i with probability min(1, p_i(d_i) / q(d_i)) = p_i(d_i), where p_i is
-the target's tempered, top-p-filtered distribution. On the first rejection it samples from the
+the target's tempered, filtered distribution. On the first rejection it samples from the
 residual norm(max(0, p_i - q)) = p_i with d_i removed and renormalised, then stops. If all k are
 accepted, one more token is sampled from p_k. Each emitted token is distributed exactly as p.
+
+Rule (filters, as SGLang's torch sampler applies them). softmax(z / T), sorted by probability; a token is
+dropped when the mass of the tokens above it reaches P, when K >= 1 tokens rank above it, or when its
+probability is below M times the top one's; the kept mass is renormalised. The likeliest token always stays.
 
 Cost: one target forward over k+1 positions; the KV cache is cropped by the k - m rejected tokens.
 Tokens emitted per step lie in [1, k+1].
@@ -22,14 +26,20 @@ from __future__ import annotations
 import torch
 
 
-def target_probs(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
-    """Tempered, nucleus-filtered probabilities over the last dimension (float32)."""
+def target_probs(
+    logits: torch.Tensor, temperature: float, top_p: float, top_k: int = 0, min_p: float = 0.0
+) -> torch.Tensor:
+    """Tempered, filtered probabilities over the last dimension (float32); top_k 0: no top-k (rule `filters`)."""
     probs = torch.softmax(logits.float() / temperature, dim=-1)
-    if top_p < 1.0:
+    if top_p < 1.0 or top_k > 0 or min_p > 0.0:
         sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
-        cumulative = torch.cumsum(sorted_probs, dim=-1)
-        # Keep the smallest set whose mass reaches top_p (the token that crosses it stays).
-        drop = cumulative - sorted_probs >= top_p
+        drop = torch.zeros_like(sorted_probs, dtype=torch.bool)
+        if top_p < 1.0:  # keep the smallest set whose mass reaches top_p (the token that crosses it stays)
+            drop |= torch.cumsum(sorted_probs, dim=-1) - sorted_probs >= top_p
+        if top_k > 0:
+            drop[..., top_k:] = True
+        if min_p > 0.0:
+            drop |= sorted_probs < min_p * sorted_probs[..., :1]
         sorted_probs = sorted_probs.masked_fill(drop, 0.0)
         probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
         probs = probs / probs.sum(dim=-1, keepdim=True)
@@ -49,9 +59,15 @@ def accept_greedy(logits: torch.Tensor, draft: list[int]) -> list[int]:
 
 
 def accept_sampled(
-    logits: torch.Tensor, draft: list[int], temperature: float, top_p: float, generator: torch.Generator
+    logits: torch.Tensor,
+    draft: list[int],
+    temperature: float,
+    top_p: float,
+    generator: torch.Generator,
+    top_k: int = 0,
+    min_p: float = 0.0,
 ) -> list[int]:
-    probs = target_probs(logits, temperature, top_p)
+    probs = target_probs(logits, temperature, top_p, top_k, min_p)
     emitted: list[int] = []
     for i, proposed in enumerate(draft):
         p = probs[i]

@@ -5,8 +5,12 @@ Request: chat requests go to `/v1/chat/completions`, prompt requests to `/v1/com
 (so `/abort_request` can find it) and `return_spec_tokens_details: true`. Reasoning level "none" sends
 `chat_template_kwargs: {enable_thinking: false}`; other levels send `reasoning_effort: <level>`, which SGLang
 turns into `chat_template_kwargs` thinking = enable_thinking = true and also hands to the chat template.
-`frequency_penalty`, `presence_penalty` (when non-zero) and `logit_bias` (when set) go to both endpoints;
-`tools` with `tool_choice` and `parallel_tool_calls` (when set), and `response_format`, to chat only.
+`temperature`, `top_p`, `top_k`, `min_p` and `repetition_penalty` go only when the client gave them: left out,
+SGLang picks them (a chat request takes the model's generation_config under SGLang's default
+`--sampling-defaults model`; a completion request OpenAI's defaults). `frequency_penalty`, `presence_penalty`
+(when non-zero), `logit_bias`, `stop_token_ids`, `regex`, `ebnf` (when set), `min_tokens` (when above 0) and
+`ignore_eos` (when true) go to both endpoints; `tools` with `tool_choice` and `parallel_tool_calls` (when set),
+and `response_format`, to chat only.
 
 Facts this rests on (SGLang 0.5.23's installed `sglang/srt/entrypoints/openai/`, checked by
 tests/sglang_contract/test_wire_requests.py): every key sent is a field of ChatCompletionRequest /
@@ -97,13 +101,14 @@ def build_payload(request: GenerateRequest, model: str) -> dict[str, Any]:
     payload: dict[str, Any] = {
         "model": model,
         "max_tokens": request.max_tokens,
-        "temperature": request.temperature,
-        "top_p": request.top_p,
         "stream": True,
         "stream_options": {"include_usage": True, "continuous_usage_stats": True},
         "return_spec_tokens_details": True,
         "rid": request.request_id,
     }
+    for name in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty"):
+        if getattr(request, name) is not None:
+            payload[name] = getattr(request, name)
     if request.seed is not None:
         payload["seed"] = request.seed
     if request.stop:
@@ -113,6 +118,9 @@ def build_payload(request: GenerateRequest, model: str) -> dict[str, Any]:
             payload[name] = getattr(request, name)
     if request.logit_bias:
         payload["logit_bias"] = dict(request.logit_bias)
+    for name in ("min_tokens", "ignore_eos", "stop_token_ids", "regex", "ebnf"):
+        if getattr(request, name):
+            payload[name] = getattr(request, name)
     if request.messages is None:
         payload["prompt"] = request.prompt or ""
         return payload
