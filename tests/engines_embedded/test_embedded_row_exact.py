@@ -216,9 +216,14 @@ def _prompts() -> list[list[dict]]:
 
 @pytest.fixture(scope="module")
 def loaded_bf16():
-    from ray_dspine.engines.embedded.model import load_model
+    """The real model under row_exact; skipped on a CPU whose bf16 kernels mix rows, where the engine refuses to
+    load it (the refusal: test_the_engine_refuses_to_load_where_rows_are_not_kept_apart and the next test)."""
+    from ray_dspine.engines.embedded.model import RowExactUnavailable, load_model
 
-    return load_model(EmbeddedEngineConfig(row_exact=True))
+    try:
+        return load_model(EmbeddedEngineConfig(row_exact=True))
+    except RowExactUnavailable as error:
+        pytest.skip(f"this CPU's bf16 kernels do not keep rows apart: {error.problem}")
 
 
 async def _texts(engine: EmbeddedEngine, together: bool) -> list[tuple[str, object]]:
@@ -252,6 +257,24 @@ def test_the_engine_refuses_to_load_where_rows_are_not_kept_apart(monkeypatch):
     with pytest.raises(RowExactUnavailable, match="fed 17 at a time .*; set row_exact: false"):
         load_model(EmbeddedEngineConfig(row_exact=True))
     assert seen == [ROW_EXACT_MAX_ROWS]
+
+
+@needs_onednn
+def test_the_real_model_loads_under_row_exact_exactly_where_its_layers_keep_rows_apart():
+    """On this machine's CPU, whichever it is: the engine's verdict is the rows-apart check of the model's own
+    packed layers, and dtype auto follows it (bf16 with row_exact, or fp32)."""
+    from ray_dspine.engines.embedded.model import RowExactUnavailable, load_model
+
+    plain = load_model(EmbeddedEngineConfig(dtype="bf16"))  # packed, not checked
+    problem = rows_apart(plain.model, ROW_EXACT_MAX_ROWS)
+    try:
+        load_model(EmbeddedEngineConfig(row_exact=True))
+        refused = None
+    except RowExactUnavailable as error:
+        refused = error.problem
+    assert refused == problem
+    auto = load_model(EmbeddedEngineConfig(dtype="auto"))
+    assert (auto.dtype, auto.row_exact) == (("fp32", False) if problem else ("bf16", True))
 
 
 @needs_onednn
