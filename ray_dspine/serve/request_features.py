@@ -2,7 +2,9 @@
 
 A field asks for something only through its value: what SDKs send by default (false, 0, null, an
 empty map, `response_format: {"type": "text"}`) always passes, so clients that fill in every field
-keep working. Nothing is dropped silently: a feature is either carried to the engine or refused.
+keep working. Nothing is dropped silently: a feature is either carried to the engine or refused. The
+sampling controls (temperature, top_p, top_k, min_p, the frequency, presence and repetition penalties,
+logit_bias, min_tokens, ignore_eos, stop_token_ids) are carried to every pool.
 
 Rules, checked in this order; the first that applies refuses with 400, param = the field, code
 `unsupported_parameter` unless named otherwise:
@@ -11,9 +13,6 @@ Rules, checked in this order; the first that applies refuses with 400, param = t
   echo/best_of/suffix completions: `echo` true, `best_of` > 1, `suffix` non-empty. Refused on every pool.
   response_format     completions: refused (a chat field). Chat, any type but "text": sglang pools only
                       (SGLang constrains decoding with its grammar backend).
-  penalties           `frequency_penalty` or `presence_penalty` non-zero, `repetition_penalty` other than 1:
-                      sglang pools only.
-  logit_bias          non-empty: sglang pools only.
   min_tokens          above the max tokens asked for: refused on every pool (code invalid_value), as SGLang's
                       SamplingParams.verify refuses it.
   grammar             `regex` or `ebnf` non-empty: sglang pools only; more than one of `regex`, `ebnf` and a
@@ -36,7 +35,7 @@ from dataclasses import dataclass
 
 from .openai_schema import ChatCompletionRequest, CompletionRequest
 
-# Engine kinds whose pools carry sampling controls, structured output and tools to the model.
+# Engine kinds whose pools carry structured output and tools to the model.
 FULL_FEATURE_ENGINES = frozenset({"sglang"})
 
 # SGLang 0.5.23's request fields (ChatCompletionRequest, CompletionRequest) that no pool here carries, each with
@@ -102,13 +101,6 @@ def refusal(parsed: ChatCompletionRequest | CompletionRequest, pool: str, engine
             f"`response_format` {parsed.response_format.type!r} is not served by {where}: it has no constrained "
             "decoding; an sglang pool serves it",
         )
-    for name in ("frequency_penalty", "presence_penalty"):
-        if getattr(parsed, name) not in (None, 0.0) and not full:
-            return Refusal(name, f"`{name}` is not served by {where}; send 0 or leave it out")
-    if parsed.repetition_penalty not in (None, 1.0) and not full:
-        return Refusal("repetition_penalty", f"`repetition_penalty` is not served by {where}; send 1 or leave it out")
-    if parsed.logit_bias and not full:
-        return Refusal("logit_bias", f"`logit_bias` is not served by {where}; leave it out")
     for check in (_min_tokens, _grammar, _sglang_fields):
         found = check(parsed, chat, where, full)
         if found is not None:

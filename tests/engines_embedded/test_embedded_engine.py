@@ -227,3 +227,25 @@ def test_sampling_fields_left_out_take_openais_defaults(loaded):
     seq = make_sequence(config, loaded, request("hi", top_k=20, min_p=0.1, min_tokens=99, max_tokens=8), [1],
                         drafter_enabled=False)  # fmt: skip
     assert (seq.top_k, seq.min_p, seq.min_tokens) == (20, 0.1, 8)  # min_tokens clamped to max_tokens, as SGLang
+
+
+def test_penalties_choose_the_same_tokens_speculative_or_not(loaded):
+    # the code edit repeats its prompt, so it drafts long blocks (how each verify row counts the drafts before
+    # it, by hand: test_embedded_speculative.py, test_rule_penalties_count_the_output_and_the_drafts_before_each_row)
+    plain, _, _ = greedy_ids(loaded, PROMPTS[1], max_tokens=32)
+    for fields in ({"frequency_penalty": 2.0}, {"presence_penalty": 2.0}, {"repetition_penalty": 1.3}):
+        ar, _, ar_text = greedy_ids(loaded, PROMPTS[1], max_tokens=32, **fields)
+        spec, _, spec_text = greedy_ids(loaded, PROMPTS[1], max_tokens=32, speculative=True, **fields)
+        assert ar != plain, fields  # the penalty changed the answer
+        assert (spec, spec_text) == (ar, ar_text), fields
+
+
+def test_logit_bias_steers_and_a_token_outside_the_vocabulary_is_refused(loaded):
+    plain, _, _ = greedy_ids(loaded, PROMPTS[0])
+    banned = plain[5]  # a token of the greedy answer
+    ids, _, _ = greedy_ids(loaded, PROMPTS[0], logit_bias={str(banned): -100.0})
+    assert banned not in ids and ids[:5] == plain[:5]
+    vocab = loaded.model.config.vocab_size
+    with pytest.raises(EngineError, match=f"token ids run from 0 to {vocab - 1}") as refused:
+        greedy_ids(loaded, PROMPTS[0], logit_bias={str(vocab): 1.0})
+    assert (refused.value.status, refused.value.param) == (400, "logit_bias")

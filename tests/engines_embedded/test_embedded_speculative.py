@@ -2,7 +2,7 @@ import math
 
 import torch
 
-from ray_dspine.engines.embedded.speculative import accept_greedy, accept_sampled, target_probs
+from ray_dspine.engines.embedded.speculative import accept_greedy, accept_sampled, penalised, target_probs
 
 
 def logits_for(rows):
@@ -99,3 +99,18 @@ def test_rule_filters_sampling_never_draws_a_filtered_token():
     for _ in range(200):
         out = accept_sampled(logits, [2], 1.0, 1.0, generator, top_k=2)
         assert len(out) == 1 and out[0] in (0, 1)
+
+
+def test_rule_penalties_count_the_output_and_the_drafts_before_each_row():
+    # output 1, 1, 2; draft [3]: row 0 scores after the output (counts token1: 2, token2: 1), row 1 after the
+    # output and 3 (token3: 1 more)
+    logits = torch.tensor([[1.0, 2.0, -1.0, 0.5, 0.0]] * 2)
+    out = penalised(logits, [1, 1, 2], [3], frequency=0.5, presence=0.25)
+    # token1: 2.0 - 0.5 * 2 - 0.25 = 0.75; token2: -1.0 - 0.5 - 0.25 = -1.75; token3 in row 1: 0.5 - 0.75 = -0.25
+    assert torch.allclose(out, torch.tensor([[1.0, 0.75, -1.75, 0.5, 0.0], [1.0, 0.75, -1.75, -0.25, 0.0]]))
+    # repetition 2: a seen positive logit halves, a seen negative one doubles
+    out = penalised(logits, [1, 1, 2], [3], repetition=2.0)
+    assert torch.allclose(out, torch.tensor([[1.0, 1.0, -2.0, 0.5, 0.0], [1.0, 1.0, -2.0, 0.25, 0.0]]))
+    # logit_bias comes last, on every row
+    out = penalised(logits, [], [], bias=torch.tensor([0.0, 0.0, 0.0, 0.0, 3.0]))
+    assert out[:, 4].tolist() == [3.0, 3.0] and torch.equal(out[:, :4], logits[:, :4])

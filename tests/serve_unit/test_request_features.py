@@ -59,25 +59,15 @@ def test_rule_response_format_json_schema_needs_its_schema():
         chat(response_format={"type": "yaml"})
 
 
-def test_rule_penalties_only_on_sglang_pools():
-    assert refused(chat(frequency_penalty=0.5)) == ("frequency_penalty", "unsupported_parameter")
-    assert refused(completion(presence_penalty=-1)) == ("presence_penalty", "unsupported_parameter")
-    assert refused(chat(frequency_penalty=0.5, presence_penalty=1), "sglang") is None
-
-
-def test_rule_penalties_repetition_penalty_other_than_one_only_on_sglang_pools():
-    assert refused(chat(repetition_penalty=1.1)) == ("repetition_penalty", "unsupported_parameter")
-    assert refused(completion(repetition_penalty=0.9), "simulated") == ("repetition_penalty", "unsupported_parameter")
-    assert refused(chat(repetition_penalty=1.0)) is None  # SGLang's "no penalty"
-    assert refused(chat(repetition_penalty=1.1), "sglang") is None
+def test_sampling_controls_pass_on_every_pool():
+    controls = dict(frequency_penalty=0.5, presence_penalty=-1, repetition_penalty=1.1, logit_bias={"42": -100},
+                    top_k=20, min_p=0.05, min_tokens=2, ignore_eos=True, stop_token_ids=[2])  # fmt: skip
+    for engine in ("embedded", "simulated", "sglang"):
+        assert refused(chat(**controls), engine) is None
+        assert refused(completion(**controls), engine) is None
     for bad in (0.0, 2.5):  # SGLang's SamplingParams.verify: (0, 2]
         with pytest.raises(ValueError, match="repetition_penalty"):
             chat(repetition_penalty=bad)
-
-
-def test_rule_logit_bias_only_on_sglang_pools():
-    assert refused(chat(logit_bias={"42": -100})) == ("logit_bias", "unsupported_parameter")
-    assert refused(completion(logit_bias={"42": -100}), "sglang") is None
     for bad in ({"42": 101}, {"the": 1}):
         with pytest.raises(ValueError, match="token ids"):
             chat(logit_bias=bad)
@@ -102,8 +92,8 @@ def test_rule_tool_choice_shape_and_needs_tools():
 
 
 def test_rule_order_first_broken_rule_is_named():
-    assert refused(chat(logprobs=True, tools=TOOLS, frequency_penalty=1))[0] == "logprobs"
-    assert refused(chat(frequency_penalty=1, tools=TOOLS))[0] == "frequency_penalty"
+    assert refused(chat(logprobs=True, tools=TOOLS, regex="a"))[0] == "logprobs"
+    assert refused(chat(regex="a", tools=TOOLS))[0] == "regex"
 
 
 def test_rule_min_tokens_not_above_the_max_tokens_asked_for():

@@ -36,7 +36,7 @@ from .detokenizer import IncrementalDetokenizer
 from .draft_policy import AcceptanceTracker, MatchedAcceptance, StepCosts, choose_draft_length, prior_costs
 from .drafter import NgramDrafter
 from .kv_cache import SlabCache
-from .speculative import accept_greedy, accept_sampled, target_probs
+from .speculative import accept_greedy, accept_sampled, penalised, target_probs
 
 
 @dataclass
@@ -79,6 +79,10 @@ class Sequence:
     min_tokens: int = 0  # rule `end tokens`
     ignore_eos: bool = False
     stop_token_ids: frozenset[int] = frozenset()
+    frequency_penalty: float = 0.0  # speculative.py rule `penalties`
+    presence_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: torch.Tensor | None = None  # dense over the vocabulary; None: none
 
     def __post_init__(self) -> None:
         self.accept_histogram = [0] * self.histogram_size
@@ -131,19 +135,22 @@ def _forward(model, ids: list[int], cache, keep_all: bool) -> torch.Tensor:
     return out.logits[0]
 
 
-def _masked(seq: Sequence, logits: torch.Tensor) -> torch.Tensor:
-    """`logits` (rows for the next output positions) with the end tokens at -inf in every row whose position
-    is below min_tokens (rule `end tokens`); the same tensor when no row is."""
+def _adjusted(seq: Sequence, logits: torch.Tensor, draft: list[int]) -> torch.Tensor:
+    """`logits` (rows for the next output positions: after the output, then after each of `draft`) penalised
+    (speculative.py rule `penalties`), with the end tokens at -inf in every row whose position is below
+    min_tokens (rule `end tokens`); the same tensor when the request asks for neither."""
+    if seq.frequency_penalty or seq.presence_penalty or seq.repetition_penalty != 1.0 or seq.logit_bias is not None:
+        logits = penalised(logits, seq.output_ids, draft, seq.frequency_penalty, seq.presence_penalty,
+                           seq.repetition_penalty, seq.logit_bias)  # fmt: skip
     rows = min(seq.min_tokens - len(seq.output_ids), logits.shape[0])
-    if rows <= 0:
-        return logits
-    logits = logits.clone()
-    logits[:rows, sorted(seq.end_token_ids)] = float("-inf")
+    if rows > 0:
+        logits = logits.clone()
+        logits[:rows, sorted(seq.end_token_ids)] = float("-inf")
     return logits
 
 
 def _choose(seq: Sequence, logits: torch.Tensor, draft: list[int]) -> list[int]:
-    logits = _masked(seq, logits)
+    logits = _adjusted(seq, logits, draft)
     if seq.temperature == 0.0:
         return accept_greedy(logits, draft)
     return accept_sampled(logits, draft, seq.temperature, seq.top_p, seq.generator, seq.top_k, seq.min_p)
@@ -160,7 +167,7 @@ def after_prefill(seq: Sequence, chunk: list[int], logits: torch.Tensor) -> Step
     seq.prefilled += len(chunk)
     if seq.prefilling:
         return StepOutput("", 0, None)
-    last = _masked(seq, logits[-1:])
+    last = _adjusted(seq, logits[-1:], [])
     if seq.temperature == 0.0:
         first = int(last[0].argmax().item())
     else:

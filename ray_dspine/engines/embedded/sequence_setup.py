@@ -5,6 +5,8 @@ Rules (C = min(context_length_tokens, the model's context), P = prompt tokens, M
   the request asked to clamp (max_tokens not given), then M = C - P.
   Sampling fields left out (None) take OpenAI's defaults, temperature 1 and top-p 1, no top-k or min-p:
   the model's GGUF names no sampling defaults of its own (SGLang would read generation_config.json).
+  A logit_bias key outside the model's vocabulary is refused (400, param logit_bias), as SGLang's
+  SamplingParams.verify refuses it.
   Sampling draws from a generator seeded with the request's seed (a random one without).
   A seeded sampled request drafts with the prior step costs 1 + draft_cost_ratio_prior * k, never the
   measured ones nor an exploration, and its acceptance counts start neutral and feed no pool
@@ -55,6 +57,7 @@ def make_sequence(
                 code="context_length_exceeded",
             )
         max_tokens = context - len(prompt_ids)
+    bias = _dense_bias(request.logit_bias, loaded.model.config.vocab_size) if request.logit_bias else None
     temperature = DEFAULT_TEMPERATURE if request.temperature is None else request.temperature
     generator = None
     if temperature > 0:
@@ -78,6 +81,10 @@ def make_sequence(
         min_tokens=min(request.min_tokens, max_tokens),
         ignore_eos=request.ignore_eos,
         stop_token_ids=frozenset(request.stop_token_ids),
+        frequency_penalty=request.frequency_penalty,
+        presence_penalty=request.presence_penalty,
+        repetition_penalty=1.0 if request.repetition_penalty is None else request.repetition_penalty,
+        logit_bias=bias,
         eos_token_ids=loaded.eos_token_ids,
         detokenizer=IncrementalDetokenizer(loaded.tokenizer, request.stop),
         drafter=drafter,
@@ -97,3 +104,20 @@ def make_sequence(
         path="speculative" if drafter_enabled else "autoregressive",
         row_exact=config.row_exact,
     )
+
+
+def _dense_bias(logit_bias: dict[str, float], vocab: int):
+    """{token id (a digit string): bias} as a dense vector over the vocabulary."""
+    import torch
+
+    dense = torch.zeros(vocab)
+    for token, value in logit_bias.items():
+        if not 0 <= int(token) < vocab:
+            raise EngineError(
+                f"logit_bias names token {token}, but this model's token ids run from 0 to {vocab - 1}",
+                status=400,
+                param="logit_bias",
+                code="invalid_value",
+            )
+        dense[int(token)] = value
+    return dense

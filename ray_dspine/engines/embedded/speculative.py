@@ -17,6 +17,12 @@ Rule (filters, as SGLang's torch sampler applies them). softmax(z / T), sorted b
 dropped when the mass of the tokens above it reaches P, when K >= 1 tokens rank above it, or when its
 probability is below M times the top one's; the kept mass is renormalised. The likeliest token always stays.
 
+Rule (penalties, SGLang's, before any choice). Row i of a verify block scores the token after the output so
+far plus d_1..d_i, and is penalised by that history's counts c: z - F * c - P * [c > 0] (frequency F, presence
+P), then, where c > 0, z / R if z > 0 else z * R (repetition R), then + the request's logit_bias. Counting the
+draft tokens before each row makes a penalised verify step choose what decoding one token at a time would
+(SGLang's own speculative path gives every row the penalties from before the step).
+
 Cost: one target forward over k+1 positions; the KV cache is cropped by the k - m rejected tokens.
 Tokens emitted per step lie in [1, k+1].
 """
@@ -85,3 +91,30 @@ def accept_sampled(
         return emitted
     emitted.append(int(torch.multinomial(probs[len(draft)], 1, generator=generator).item()))
     return emitted
+
+
+def penalised(
+    logits: torch.Tensor,
+    history: list[int],
+    draft: list[int],
+    frequency: float = 0.0,
+    presence: float = 0.0,
+    repetition: float = 1.0,
+    bias: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """`logits` (rows for the tokens after history, history + d1, ...) penalised by rule `penalties` (float32)."""
+    rows, vocab = logits.shape
+    logits = logits.float()
+    if frequency or presence or repetition != 1.0:
+        counts = torch.zeros(rows, vocab)
+        if history:
+            counts += torch.bincount(torch.tensor(history, dtype=torch.long), minlength=vocab)[:vocab].float()
+        for i, token in enumerate(draft[: rows - 1]):
+            counts[i + 1 :, token] += 1.0
+        seen = counts > 0
+        logits = logits - frequency * counts - presence * seen.float()
+        if repetition != 1.0:
+            logits = torch.where(seen, torch.where(logits > 0, logits / repetition, logits * repetition), logits)
+    if bias is not None:
+        logits = logits + bias
+    return logits
