@@ -30,10 +30,16 @@ def format_validation_error(exc: ValidationError, prefix: str) -> str:
 
 def read_serve_yaml(path: str | Path) -> dict:
     path = Path(path)
+    if path.is_dir():
+        raise ConfigFileError(f"{path}: a folder, not a file; give a Serve YAML such as clusters/local.yaml")
     if not path.is_file():
         raise ConfigFileError(f"{path}: no such file")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigFileError(f"{path}: cannot read ({exc.strerror or exc})") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigFileError(f"{path}: not UTF-8 text (byte {exc.start}); give a Serve YAML file") from exc
     except yaml.YAMLError as exc:
         raise ConfigFileError(f"{path}: not valid YAML: {exc}") from exc
     if not isinstance(data, dict) or not isinstance(data.get("applications"), list):

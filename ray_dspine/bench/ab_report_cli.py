@@ -1,6 +1,7 @@
 """`ray-dspine bench ab-report DIR`: per-arm table and one verdict line from a replay run folder.
 
-Reads DIR/records.jsonl (tolerantly: unknown fields ignored, unreadable lines counted) and, with
+Reads DIR/records.jsonl (tolerantly: unknown fields ignored, unreadable lines counted, and so is a line
+that says not when its request was sent, which every replay record does) and, with
 `--config`, each pool's price from the Serve config YAML; the rules are stated in `ab_report.py`.
 """
 
@@ -29,9 +30,14 @@ def load_records(path: str | Path) -> tuple[list[RunRecord], int]:
         if not line.strip():
             continue
         try:
-            records.append(RunRecord.model_validate(json.loads(line)))
+            record = RunRecord.model_validate(json.loads(line))
         except ValueError:
             num_bad += 1
+            continue
+        if record.start_s is None:  # some other JSON object: counting it would add an empty request to an arm
+            num_bad += 1
+            continue
+        records.append(record)
     return records, num_bad
 
 
@@ -170,7 +176,10 @@ def _run_command(args: argparse.Namespace) -> int:
                               source=str(source), num_bad_lines=num_bad)
     except ValueError as exc:  # no readable records, or --baseline names no arm
         flag = "--baseline" if "baseline arm" in str(exc) else "DIR"
-        raise CliError(f"argument {flag}: {exc}") from exc
+        unread = ""
+        if not records and num_bad:
+            unread = " (1 line is not a replay record)" if num_bad == 1 else f" ({num_bad} lines are not replay records)"
+        raise CliError(f"argument {flag}: {exc}{unread}") from exc
     print(report.model_dump_json(indent=2) if args.json else render_report(report))
     if args.plot:
         from ray_dspine.bench.ab_deltas_plot import plot_deltas  # matplotlib only when asked

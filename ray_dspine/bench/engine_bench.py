@@ -265,7 +265,7 @@ def _figures(serving: list[dict], fp32: list[dict], bf16: list[dict], dtype: str
 
 
 async def _run_agent(dtype: str, num_draft_tokens: int, agent: dict, progress, row_exact: bool = False) -> dict:
-    conversations = load_conversations(agent["conversations"], agent["turns"], agent.get("traces_dir"))
+    conversations = agent["conversations"]
     base = _config(dtype, row_exact, num_draft_tokens=num_draft_tokens)
     loaded = await compute.call(load_model, base)
     result = await run_agent_scenario(
@@ -373,7 +373,8 @@ def run_engine_bench(
     peer_draft_tokens: int | None = None,
     row_exact: bool = False,
 ) -> dict:
-    """agent: {conversations, turns, max_tokens, concurrency: [..], traces_dir} or None to skip the scenario;
+    """agent: {conversations (load_conversations' lists of turns), max_tokens, concurrency: [..]} or None to skip the
+    scenario;
     peer_draft_tokens None: the peer's tuned length in `dtype` (PEER_DRAFT_TOKENS); row_exact: every bf16 engine
     of the bench runs with config `row_exact` (fp32 ones as they are)."""
     progress = progress or (lambda message: print(message, file=sys.stderr, flush=True))
@@ -469,11 +470,14 @@ def _main(args) -> int:
             print("ray-dspine bench engine: --agent-concurrency, --agent-turns and --agent-max-tokens must be "
                   "positive", file=sys.stderr)
             return 2
-        agent = {
-            "conversations": args.agent_conversations, "turns": args.agent_turns,
-            "max_tokens": args.agent_max_tokens, "concurrency": concurrency,
-            "traces_dir": Path(args.traces_dir) if args.traces_dir else None,
-        }
+        try:  # before any model is loaded: a wrong folder should not cost the minutes of the prompt set first
+            conversations = load_conversations(
+                args.agent_conversations, args.agent_turns, Path(args.traces_dir) if args.traces_dir else None
+            )
+        except (OSError, ValueError) as exc:
+            print(f"ray-dspine bench engine: --traces-dir: cannot read the tau-bench trace: {exc}", file=sys.stderr)
+            return 2
+        agent = {"conversations": conversations, "max_tokens": args.agent_max_tokens, "concurrency": concurrency}
     result = run_engine_bench(
         args.prompts, args.max_tokens, args.num_draft_tokens, args.dtype, agent=agent,
         peer_draft_tokens=args.peer_draft_tokens, row_exact=args.row_exact,

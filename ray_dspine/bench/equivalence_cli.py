@@ -1,10 +1,12 @@
 """`ray-dspine bench equivalence`: ask two sides the same prompts and compare their answers.
 
 A side is an endpoint plus an optional forced pool (request header `x-dspine-pool`), e.g. the
-speculative pool against the autoregressive pool of the same model. Requests are non-streaming, run
-with at most `concurrency` in flight and a per-request timeout; a failed request becomes a reported
-error on its prompt, never an exception. The comparison rules (greedy byte equality, chi-square
-homogeneity when sampling) are stated and implemented in `equivalence.py`.
+speculative pool against the autoregressive pool of the same model. Each side's server is asked for
+its model list first, so a server that is down or refuses the API key stops the run before any prompt
+is sent. Requests are non-streaming, run with at most `concurrency` in flight and a per-request
+timeout; a failed request becomes a reported error on its prompt, never an exception. The comparison
+rules (greedy byte equality, chi-square homogeneity when sampling) are stated and implemented in
+`equivalence.py`.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from ray_dspine.bench.equivalence import (
     decide,
     load_prompts,
 )
+from ray_dspine.bench.endpoint import API_KEY_ENV, api_key_from_env, auth_headers, error_message
 from ray_dspine.cli_errors import CliError, cli_errors, flag_error
 
 DEFAULT_ENDPOINT = "http://127.0.0.1:8000"
@@ -77,8 +80,7 @@ async def ask(
         url = f"{base}/v1/completions"
         payload["prompt"] = prompt.prompt
     headers = {"x-dspine-pool": side.pool} if side.pool else {}
-    if os.environ.get("DSPINE_API_KEY"):
-        headers["authorization"] = f"Bearer {os.environ['DSPINE_API_KEY']}"
+    headers.update(auth_headers(api_key_from_env()))
     try:
         response = await client.post(url, json=payload, headers=headers, timeout=settings.timeout_s)
         if response.status_code != 200:
@@ -204,13 +206,36 @@ def render_sampled(report: SampledReport) -> str:
     return "\n".join(lines)
 
 
-def _served_model(endpoint: str) -> str | None:
-    """The first model the endpoint lists, or None when it does not answer."""
-    try:
-        data = httpx.get(endpoint.rstrip("/") + "/v1/models", timeout=10).json().get("data") or []
-    except (httpx.HTTPError, ValueError):
-        return None
-    return data[0].get("id") if data else None
+class EndpointDown(RuntimeError):
+    """A side's endpoint cannot answer: nothing would be compared."""
+
+
+def _served_model(endpoints: list[str]) -> str | None:
+    """Ask each side's server for its model list before any prompt is sent: the first id of the first
+    endpoint's list, None where it lists none (a server without /v1/models is still asked the prompts).
+    Raises EndpointDown when a server does not answer a connection or refuses the API key."""
+    headers = auth_headers(api_key_from_env())
+    models: list[str | None] = []
+    for endpoint in endpoints:
+        url = endpoint.rstrip("/").removesuffix("/v1") + "/v1/models"
+        try:
+            response = httpx.get(url, headers=headers, timeout=10)
+        except httpx.TransportError as exc:
+            raise EndpointDown(
+                f"cannot reach {endpoint} ({type(exc).__name__}: {exc}); start the stack (scripts/serve-local) "
+                "or pass the server's root with --endpoint / --endpoint-b"
+            ) from exc
+        if response.status_code in (401, 403):
+            raise EndpointDown(
+                f"{endpoint} refused the API key ({error_message(response.status_code, response.content)}); "
+                f"set {API_KEY_ENV} to the stack's key"
+            )
+        try:
+            data = (response.json().get("data") or []) if response.status_code == 200 else []
+        except (ValueError, AttributeError):
+            data = []
+        models.append(next((str(m["id"]) for m in data if isinstance(m, dict) and m.get("id")), None))
+    return models[0]
 
 
 SETTING_FLAGS = {"max_tokens": "--max-tokens", "temperature": "--temperature", "timeout_s": "--timeout-s",
@@ -254,7 +279,12 @@ def _run_command(args: argparse.Namespace) -> int:
                                    timeout_s=args.timeout_s, concurrency=args.concurrency)
     except ValidationError as exc:
         raise flag_error(exc, SETTING_FLAGS) from exc
-    model = args.model or _served_model(args.endpoint)  # None: send no `model`, as some servers allow
+    try:
+        served = _served_model(list(dict.fromkeys([side_a.base_url, side_b.base_url])))
+    except EndpointDown as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
+    model = args.model or served  # None: send no `model`, as some servers allow
     settings = settings.model_copy(update={"model": model})
     if args.temperature == 0:
         report = asyncio.run(run_greedy(prompts, side_a, side_b, settings))
@@ -283,7 +313,8 @@ def register_equivalence(subparsers: argparse._SubParsersAction) -> argparse.Arg
         description="Greedy (temperature 0): every prompt's answer must match byte for byte; reports the first "
         "divergence and the mismatch rate. Sampled (temperature > 0): K samples per prompt per side with "
         "distinct seeds; chi-square homogeneity test on the first words; p >= alpha -> no evidence of "
-        "difference. Exit code 0 equivalent, 1 difference found, 2 bad input, 3 nothing compared.",
+        "difference. Exit code 0 equivalent, 1 difference found, 2 bad input, 3 nothing compared (also when a "
+        "side's server does not answer or refuses the API key: checked before any prompt is sent).",
     )
     parser.add_argument("--endpoint", default=os.environ.get("DSPINE_ENDPOINT", DEFAULT_ENDPOINT),
                         help="side A server root (default $DSPINE_ENDPOINT or %(default)s)")

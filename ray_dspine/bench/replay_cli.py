@@ -202,6 +202,13 @@ def run_from_args(
         parser.error("argument --api: this trace holds chat messages; use --api chat")
     if not trace.requests:
         parser.error("argument --trace: the trace (after limits) has no requests")
+    if options.out_dir.exists() and not options.out_dir.is_dir():
+        parser.error(f"argument --out: {options.out_dir} is a file; name a folder for the run's files")
+    try:
+        options.out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        parser.error(f"argument --out: cannot create {options.out_dir} ({exc.strerror or exc}); "
+                     "name a folder in a writable place")
     try:
         outcome: ReplayOutcome = run_replay(options, trace=trace)
     except EndpointUnreachable as exc:

@@ -89,8 +89,14 @@ def kuberay_main(args) -> int:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         print(f"ray-dspine render kuberay: --model-cache-*: {problems}", file=sys.stderr)
         return 1
+    template = Path(args.template) if args.template else default_template(config)
+    if not template.is_file():
+        origin = "--template" if args.template else "the default template, <config dir>/kuberay/template.yaml,"
+        print(f"ray-dspine render kuberay: {origin} {template}: no such file; pass --template "
+              "clusters/kuberay/template.yaml (the repository's) or a copy of it", file=sys.stderr)
+        return 1
     options = RenderOptions(
-        config_path=config, template_path=Path(args.template) if args.template else default_template(config),
+        config_path=config, template_path=template,
         image=args.image, name=args.name, gpus_per_worker=args.gpus_per_worker, gpu_product=args.gpu_product,
         model_cache=cache,
     )  # fmt: skip

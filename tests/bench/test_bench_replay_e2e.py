@@ -247,6 +247,19 @@ def test_cli_unreachable_endpoint_exits_1(trace_file, tmp_path, capsys):
     assert code == 1 and "cannot reach" in err and "Traceback" not in err
 
 
+def test_cli_out_that_cannot_be_a_folder_exits_2_before_any_request(trace_file, tmp_path, capsys):
+    taken = tmp_path / "summary.txt"
+    taken.write_text("a file already")
+    unreachable = f"http://127.0.0.1:{_free_port()}"  # refused only after the flags: exit 1 would mean it got that far
+    for out, says in ((taken, f"argument --out: {taken} is a file; name a folder for the run's files"),
+                      (taken / "run", f"argument --out: cannot create {taken / 'run'} (Not a directory)")):
+        with pytest.raises(SystemExit) as exc:
+            main(["replay", "--endpoint", unreachable, "--trace", str(trace_file), "--out", str(out), "--no-progress"])
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and says in err and "Traceback" not in err
+    assert taken.read_text() == "a file already"
+
+
 @pytest.mark.parametrize(
     ("argv", "flag"),
     [

@@ -217,6 +217,18 @@ def test_tolerant_loader_accepts_replay_field_names():
     assert (record.start_s, record.end_s, record.ok) == (5.0, 7.0, False)
 
 
+def test_a_line_without_a_send_time_is_not_a_record(tmp_path, capsys):
+    run = _write_run(tmp_path, [{"a": 1}, _record("spec", "spec", "speculative", 0, 5, 10, 0.1, 1.0)])
+    loaded, bad = load_records(run)
+    assert [r.arm for r in loaded] == ["spec"] and bad == 2  # {"a": 1} and "{not json"
+    (run / "records.jsonl").write_text('{"a": 1}\n')
+    parser = argparse.ArgumentParser(prog="bench")
+    register_ab_report(parser.add_subparsers())
+    args = parser.parse_args(["ab-report", str(run)])
+    assert args.func(args) == 2
+    assert capsys.readouterr().err == f"error: argument DIR: no records in {run} (1 line is not a replay record)\n"
+
+
 def test_cli_table_and_json(tmp_path, capsys):
     run = _write_run(tmp_path, sequential_records())
     parser = argparse.ArgumentParser(prog="bench")

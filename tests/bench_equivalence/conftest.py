@@ -3,6 +3,7 @@
 Greedy answers come from `GREEDY[(pool, prompt)]`; sampled answers from `SAMPLED[(pool, prompt)]`,
 handed out in order of arrival (a per-(pool, prompt) counter), so the counts are known whatever the
 request interleaving. The pool is the `x-dspine-pool` request header; "fail" answers HTTP 500.
+`GET /v1/models` lists one model; with `required_key` set it answers 401 to any other bearer token.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class FakeOpenAIServer:
         self._counters: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
+        self.required_key: str | None = None
 
     @property
     def url(self) -> str:
@@ -60,6 +62,14 @@ class FakeOpenAIServer:
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args):  # keep test output quiet
                 pass
+
+            def do_GET(self):
+                if self.path != "/v1/models":
+                    self._send(404, {"error": {"message": "not found"}}, {})
+                elif double.required_key and self.headers.get("authorization") != f"Bearer {double.required_key}":
+                    self._send(401, {"error": {"message": "invalid API key"}}, {})
+                else:
+                    self._send(200, {"object": "list", "data": [{"id": "fake-model", "object": "model"}]}, {})
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["content-length"])))

@@ -188,6 +188,35 @@ def test_cli_reports_and_exit_codes(fake_server, tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["num_errors"] == 1
 
 
+def test_cli_stops_before_any_prompt_when_a_side_cannot_answer(fake_server, tmp_path, capsys, monkeypatch):
+    prompt_file = tmp_path / "prompts.json"
+    prompt_file.write_text(json.dumps([{"id": "s", "messages": [{"role": "user", "content": "same"}]}]))
+    parser = argparse.ArgumentParser(prog="bench")
+    register_equivalence(parser.add_subparsers())
+    sides = ["--pool-a", "spec", "--pool-b", "ar", "--prompts", str(prompt_file)]
+
+    args = parser.parse_args(["equivalence", "--endpoint", fake_server.url, *sides])
+    assert args.func(args) == 0
+    assert [body["model"] for body, _ in fake_server.requests] == ["fake-model", "fake-model"]  # the listed id
+
+    fake_server.requests.clear()
+    args = parser.parse_args(["equivalence", "--endpoint", fake_server.url, "--endpoint-b", "http://127.0.0.1:9", *sides])
+    assert args.func(args) == 3
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot reach http://127.0.0.1:9 (ConnectError") and "scripts/serve-local" in err
+    assert fake_server.requests == []  # no prompt was sent to the side that answers either
+
+    fake_server.required_key = "k-123"
+    monkeypatch.setenv("DSPINE_API_KEY", "wrong")
+    args = parser.parse_args(["equivalence", "--endpoint", fake_server.url, *sides])
+    assert args.func(args) == 3
+    err = capsys.readouterr().err
+    assert "refused the API key (HTTP 401: invalid API key); set DSPINE_API_KEY" in err
+    assert fake_server.requests == []
+    monkeypatch.setenv("DSPINE_API_KEY", "k-123")
+    assert args.func(args) == 0
+
+
 @pytest.mark.parametrize(
     ("flags", "named"),
     [

@@ -34,6 +34,14 @@ def warnings_at(report, path):
 def test_rule_e1_missing_file(tmp_path):
     report = check_config(tmp_path / "absent.yaml")
     assert [f.message for f in report.errors] == [f"{tmp_path / 'absent.yaml'}: no such file"]
+    report = check_config(tmp_path)
+    assert [f.message for f in report.errors] == [
+        f"{tmp_path}: a folder, not a file; give a Serve YAML such as clusters/local.yaml"
+    ]
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"applications: []\n\xac\xed\x00")  # 17 ASCII bytes, then one no UTF-8 text starts with
+    report = check_config(binary)
+    assert [f.message for f in report.errors] == [f"{binary}: not UTF-8 text (byte 17); give a Serve YAML file"]
 
 
 def test_rule_e2_unknown_ray_keys_and_bad_autoscaling(tmp_path):

@@ -219,6 +219,18 @@ def test_render_names_a_missing_config(tmp_path, capsys):
     assert f"--config {tmp_path / 'nope.yaml'}: no such file" in capsys.readouterr().err
 
 
+def test_render_names_a_missing_template_and_the_shipped_one(tmp_path, capsys):
+    config = tmp_path / "prod.yaml"
+    config.write_text(PROD.read_text())
+    assert render(["kuberay", "--config", str(config)]) == 1
+    assert (f"the default template, <config dir>/kuberay/template.yaml, {tmp_path}/kuberay/template.yaml: no such "
+            "file; pass --template clusters/kuberay/template.yaml") in capsys.readouterr().err
+    out = tmp_path / "rayservice.yaml"
+    args = ["kuberay", "--config", str(config), "--template", str(KUBERAY / "template.yaml"), "--out", str(out)]
+    assert render(args) == 0
+    assert load(out)["kind"] == "RayService"
+
+
 def test_render_is_a_ray_dspine_command():
     args = build_parser().parse_args(["render", "kuberay", "--check"])
     assert args.func is render_cli.kuberay_main

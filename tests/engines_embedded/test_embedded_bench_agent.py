@@ -87,3 +87,22 @@ def test_reports_only_the_report_set_never_the_tuning_prompts(capsys):
     )
     assert engine_bench._main(args) == 2
     assert "--prompts is at most 6, the report set" in capsys.readouterr().err
+
+
+def test_a_missing_trace_is_refused_before_any_model_loads(tmp_path, capsys, monkeypatch):
+    loads = []
+    monkeypatch.setattr(engine_bench, "run_engine_bench", lambda *a, **k: loads.append(k["agent"]) or {})
+    args = SimpleNamespace(
+        prompts=1, max_tokens=1, num_draft_tokens=32, peer_draft_tokens=None, dtype="fp32", json=True,
+        agent_conversations=2, agent_turns=1, agent_max_tokens=1, agent_concurrency="1", traces_dir=str(tmp_path),
+        row_exact=False,
+    )
+    assert engine_bench._main(args) == 2
+    assert capsys.readouterr().err == (
+        f"ray-dspine bench engine: --traces-dir: cannot read the tau-bench trace: trace 'tau-bench' not found at "
+        f"{tmp_path}/tau-bench/gpt-4o-airline.json (set --traces-dir or DSPINE_TRACES_DIR)\n"
+    )
+    assert loads == []
+    write_trace(tmp_path, runs=2)
+    assert engine_bench._main(args) == 0  # the same flags run once the trace is there, with its turns
+    assert [len(turns) for turns in loads[0]["conversations"]] == [1, 1]
