@@ -8,14 +8,25 @@ import hashlib
 import json
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
+import pytest
 import yaml
 
 from ray_dspine.capacity import plan_capacity, resolve_profile
 from ray_dspine.config import AppConfig
 from ray_dspine.config_io import read_serve_yaml
 from ray_dspine.deploy.check import sglang_commands
-from ray_dspine.deploy.gpu_check import compare_with_plan, engine_configs, gpu_check
+from ray_dspine.deploy import gpu_check as gpu_check_module
+from ray_dspine.deploy.gpu_check import (
+    PreflightError,
+    compare_with_plan,
+    engine_configs,
+    gpu_check,
+    gpu_check_main,
+    selected_pools,
+    visible_gpus,
+)
 from ray_dspine.engines.sglang import launch_subprocess, render_command
 from ray_dspine.engines.sglang.validation import target_hf_config
 
@@ -51,6 +62,13 @@ def test_the_fallback_config_renders_the_fallback_command():
     assert which == "fallback" and not plain.has_drafter
     assert primary.extra_args[-4:] == ["--load-format", "dummy", "--speculative-draft-load-format", "dummy"]
     assert plain.extra_args == ["--load-format", "dummy"]
+    # dummy weights fetch no checkpoint: prod's target keeps its 5 config and tokenizer files of 16 (the 11
+    # safetensors shards go), its drafter its config.json of 2
+    assert [pin.path for pin in primary.target.files] == [
+        "config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors.index.json"]
+    assert [pin.path for pin in primary.draft.files] == ["config.json"] and plain.target == primary.target
+    (real, _) = engine_configs(pool, dummy_weights=False)
+    assert len(real[1].target.files) == 16 and len(real[1].draft.files) == 2
     _, fallback = sglang_commands(pool)
     plan = plan_capacity(plain.capacity, resolve_profile(plain.capacity))
     rendered = render_command(plain.model_copy(update={"extra_args": [], "python_executable": "python"}), plan,
@@ -93,3 +111,45 @@ def test_gpu_check_end_to_end(tmp_path, capsys):
     assert fallback.checks["G3 memory"][0] is False
     assert fallback.checks["G4 sizes"] == (True, "max_running_requests 76 (plan 76), max_mamba_cache_size 228 (plan 228)")
     assert any(line.startswith("[dspine-agent] command: launching") for line in lines)
+
+
+def test_preflight_refuses_before_any_launch(tmp_path):
+    # the shipped prod config pins placeholders: 3 SGLang pools, each with a target (16 files) and a drafter (2 files)
+    with pytest.raises(PreflightError) as refused:
+        selected_pools(PROD, ["dflash2"])
+    assert str(refused.value).splitlines()[:5] == [
+        "artifact pins are placeholders, so nothing could be fetched:",
+        "  dflash2 target: placeholder location 's3://replace-me-model-bucket/qwen3.8-27b/'",
+        "  dflash2 target: 16 of 16 sha256 pins are placeholders",
+        "  dflash2 draft: placeholder location 's3://replace-me-model-bucket/dflash2-qwen3.8-27b/'",
+        "  dflash2 draft: 2 of 2 sha256 pins are placeholders",
+    ]
+    with pytest.raises(PreflightError, match=r"^--pool nope: no such SGLang pool in .*prod.yaml; its SGLang pools are "
+                                             r"dspine-agent, dspine-reasoning, dflash2$"):
+        selected_pools(PROD, ["nope", "dflash2"])
+    with pytest.raises(PreflightError, match=r"local.yaml has no SGLang pool \(its pools run embedded\)"):
+        selected_pools(REPO / "clusters" / "local.yaml", None)
+    with pytest.raises(PreflightError, match=r"absent.yaml: no such file"):
+        selected_pools(tmp_path / "absent.yaml", None)
+
+
+def test_main_refuses_a_node_without_a_gpu_after_the_config_checks(tmp_path, capsys, monkeypatch):
+    args = SimpleNamespace(config=str(PROD), pool=None, dummy_weights=True, kv_tolerance=0.02)
+    assert gpu_check_main(args) == 2
+    assert capsys.readouterr().err.startswith("ray-dspine gpu-check: artifact pins are placeholders")
+    monkeypatch.setattr(gpu_check_module, "selected_pools", lambda path, names: [])
+    monkeypatch.setattr(gpu_check_module, "visible_gpus", lambda: 0)
+    assert gpu_check_main(args) == 2
+    assert "no NVIDIA GPU on this node (`nvidia-smi -L` lists none)" in capsys.readouterr().err
+
+
+def test_visible_gpus_counts_what_nvidia_smi_lists(tmp_path, monkeypatch):
+    tool = tmp_path / "nvidia-smi"
+    tool.write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H200 (UUID: GPU-1)'\necho 'GPU 1: NVIDIA H200 (UUID: GPU-2)'\n")
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert visible_gpus() == 2
+    tool.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed' >&2\nexit 9\n")
+    assert visible_gpus() == 0
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert visible_gpus() == 0
