@@ -3,10 +3,11 @@
 import asyncio
 
 import pytest
+import torch
 
-from ray_dspine.engines.embedded.config import EmbeddedEngineConfig
+from ray_dspine.engines.embedded.config import DEFAULT_MODEL_SHA256, EmbeddedEngineConfig
 from ray_dspine.engines.embedded.engine import EmbeddedEngine
-from ray_dspine.engines.embedded.model import ModelFileError, load_model, resolve_model_file
+from ray_dspine.engines.embedded.model import ModelFileError, converted_folder, load_model, resolve_model_file
 from ray_dspine.engines.protocol import ChatMessage, EngineError, GenerateRequest
 
 CODE = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"
@@ -249,3 +250,32 @@ def test_logit_bias_steers_and_a_token_outside_the_vocabulary_is_refused(loaded)
     with pytest.raises(EngineError, match=f"token ids run from 0 to {vocab - 1}") as refused:
         greedy_ids(loaded, PROMPTS[0], logit_bias={str(vocab): 1.0})
     assert (refused.value.status, refused.value.param) == (400, "logit_bias")
+
+
+def test_converted_cache_loads_the_bits_the_gguf_converts_to(tmp_path, caplog):
+    """Rule `converted cache` (model.py): a folder that does not load is replaced by a fresh conversion, and the
+    next load reads that folder and gives the same tensors and tokenizer."""
+    import logging
+
+    config = EmbeddedEngineConfig(dtype="fp32", converted_cache_dir=str(tmp_path))
+    folder = converted_folder(config, resolve_model_file(config)[1])
+    assert folder.parent == tmp_path and folder.name.startswith(DEFAULT_MODEL_SHA256 + "-fp32-transformers")
+    folder.mkdir()  # an empty folder: does not load
+    with caplog.at_level(logging.INFO, logger="ray_dspine.engines.embedded.model"):
+        converted = load_model(config)
+        assert f"converted cache {folder} does not load" in caplog.text
+        assert "converting it from GGUF" in caplog.text and (folder / "model.safetensors").is_file()
+        caplog.clear()
+        cached = load_model(config)
+        assert f"as converted in {folder}" in caplog.text and "converting it from GGUF" not in caplog.text
+    assert [p.name for p in tmp_path.iterdir()] == [folder.name]  # no staging folder left behind
+    ours, theirs = converted.model.state_dict(), cached.model.state_dict()
+    assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
+    assert (cached.eos_token_ids, cached.context_length_tokens) == (converted.eos_token_ids, 8192)
+    texts = ["def f(x):\n    return x + 1", "Ünïcödé — 漢字 🙂", "<|im_start|>user\nhi<|im_end|>", "   spaces\t\n"]
+    for text in texts:
+        assert cached.tokenizer.encode(text) == converted.tokenizer.encode(text)
+    chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2 + 2?"}]
+    render = lambda t: t.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)  # noqa: E731
+    assert render(cached.tokenizer) == render(converted.tokenizer)
+    assert render(converted.tokenizer).endswith("<|im_start|>assistant\n")

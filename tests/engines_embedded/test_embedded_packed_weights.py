@@ -7,9 +7,9 @@ import torch
 
 from ray_dspine.engines.embedded.batch import forward_packed
 from ray_dspine.engines.embedded.kv_cache import SlabCache
-from ray_dspine.engines.embedded.packed_weights import PackedLinear, can_pack, pack_linears
+from ray_dspine.engines.embedded.packed_weights import PackedLinear, can_pack, pack_linears, unpacked_reason
 
-pytestmark = pytest.mark.skipif(not can_pack(torch.bfloat16), reason="this torch has no oneDNN")
+pytestmark = pytest.mark.skipif(not can_pack(torch.bfloat16), reason=str(unpacked_reason()))
 
 
 def _linear(weight, bias, dtype=torch.bfloat16) -> torch.nn.Linear:

@@ -12,10 +12,10 @@ from ray_dspine.engines.embedded.batch import fit_rows, forward_packed
 from ray_dspine.engines.embedded.config import ROW_EXACT_MAX_ROWS, EmbeddedEngineConfig
 from ray_dspine.engines.embedded.engine import EmbeddedEngine
 from ray_dspine.engines.embedded.kv_cache import SlabCache
-from ray_dspine.engines.embedded.packed_weights import PackedLinear, can_pack, pack_linears, rows_apart
+from ray_dspine.engines.embedded.packed_weights import PackedLinear, can_pack, pack_linears, rows_apart, unpacked_reason
 from ray_dspine.engines.protocol import ChatMessage, GenerateRequest
 
-needs_onednn = pytest.mark.skipif(not can_pack(torch.bfloat16), reason="this torch has no oneDNN")
+needs_onednn = pytest.mark.skipif(not can_pack(torch.bfloat16), reason=str(unpacked_reason()))
 
 
 def test_fit_rows_gives_out_draft_rows_evenly_by_hand():
@@ -243,6 +243,7 @@ async def _texts(engine: EmbeddedEngine, together: bool) -> list[tuple[str, obje
         await engine.stop()
 
 
+@needs_onednn
 def test_the_engine_refuses_to_load_where_rows_are_not_kept_apart(monkeypatch):
     import ray_dspine.engines.embedded.packed_weights as packed_weights
     from ray_dspine.engines.embedded.model import RowExactUnavailable, load_model
@@ -259,14 +260,20 @@ def test_the_engine_refuses_to_load_where_rows_are_not_kept_apart(monkeypatch):
     assert seen == [ROW_EXACT_MAX_ROWS]
 
 
-@needs_onednn
 def test_the_real_model_loads_under_row_exact_exactly_where_its_layers_keep_rows_apart():
-    """On this machine's CPU, whichever it is: the engine's verdict is the rows-apart check of the model's own
-    packed layers, and dtype auto follows it (bf16 with row_exact, or fp32)."""
+    """On this machine's CPU, whichever it is: bf16 loads, packed where oneDNN has bf16 kernels for the CPU and plain
+    where it has not; the engine's row_exact verdict is the rows-apart check of the packed layers, or, with none,
+    the reason none could be packed; and dtype auto follows it (bf16 with row_exact, or fp32)."""
     from ray_dspine.engines.embedded.model import RowExactUnavailable, load_model
 
-    plain = load_model(EmbeddedEngineConfig(dtype="bf16"))  # packed, not checked
-    problem = rows_apart(plain.model, ROW_EXACT_MAX_ROWS)
+    plain = load_model(EmbeddedEngineConfig(dtype="bf16"))  # packed where it can be, not checked
+    packed = sum(isinstance(module, PackedLinear) for module in plain.model.modules())
+    # 30 layers x (q k v o, gate up down) + the output projection
+    assert packed == (211 if unpacked_reason() is None else 0)
+    with torch.inference_mode():
+        logits = plain.model(input_ids=torch.tensor([[1, 2, 3]])).logits
+    assert logits.dtype == torch.bfloat16 and bool(torch.isfinite(logits).all())
+    problem = rows_apart(plain.model, ROW_EXACT_MAX_ROWS) if packed else f"no layer can be packed: {unpacked_reason()}"
     try:
         load_model(EmbeddedEngineConfig(row_exact=True))
         refused = None

@@ -7,6 +7,14 @@ a request's greedy output is the same with and without speculation (under row_ex
 where the hardware has it, the first is the faster (docs/results/embedded-engine.md). A fall back to fp32
 is logged as a warning with its reason, and the engine runs with the `dtype` and `row_exact` its
 `LoadedModel` was loaded as (its `describe()`, GET /v1/dspine/engine, shows them).
+
+Rule `converted cache` (config converted_cache_dir): converting the GGUF (dequantizing its blocks, building
+the tokenizer) takes most of a start. The first load in a dtype saves the converted model and tokenizer
+(`save_pretrained`) under `<dir>/<GGUF sha256>-<dtype>-transformers<version>`, written to a temporary
+folder and renamed into place, so a folder there is whole and a start racing another keeps whichever
+landed first; a later load in that dtype reads that folder. The weights are the converted tensors
+saved as they are, so both loads give the same bits (a test). A folder that does not load is logged,
+removed, and replaced by a fresh conversion.
 """
 
 from __future__ import annotations
@@ -15,6 +23,8 @@ import hashlib
 import importlib.util
 import logging
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,6 +101,36 @@ def bf16_unsupported() -> str | None:
     return "torch sees neither AMX tiles nor AVX-512 BF16 on this CPU, so bf16 would run without its native kernels"
 
 
+def converted_folder(config: EmbeddedEngineConfig, digest: str) -> Path | None:
+    """Where rule `converted cache` keeps this GGUF converted to `config.dtype` (bf16 or fp32); None when off."""
+    if config.converted_cache_dir is None:
+        return None
+    import transformers
+
+    return Path(config.converted_cache_dir).expanduser() / f"{digest}-{config.dtype}-transformers{transformers.__version__}"
+
+
+def _save_converted(model, tokenizer, folder: Path) -> None:
+    """Save into a fresh temporary folder beside `folder`, then rename it into place (rule `converted cache`)."""
+
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+    except OSError as error:
+        log.warning("converted cache: cannot write under %s (%s); the next start converts again", folder.parent, error)
+        return
+    try:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        staging.rename(folder)
+        log.info("converted cache: saved %s", folder)
+    except OSError as error:  # another start renamed its copy first, or the disk is full
+        if not folder.is_dir():
+            log.warning("converted cache: cannot save %s (%s); the next start converts again", folder, error)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
 def load_model(config: EmbeddedEngineConfig) -> LoadedModel:
     """Load as `config` asks; dtype auto resolves by rule `dtype auto`."""
     if config.dtype != "auto":
@@ -113,22 +153,42 @@ def _load(config: EmbeddedEngineConfig) -> LoadedModel:
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
     from transformers.utils import logging as hf_logging
 
+    from .batch import install_segment_attention
+    from .packed_weights import pack_linears, rows_apart, unpacked_reason
+
+    unpackable = unpacked_reason() if config.dtype == "bf16" and config.packed_weights else None
+    if config.row_exact and unpackable is not None:  # known before the model loads
+        raise RowExactUnavailable(f"no layer can be packed: {unpackable}")
+
     path, digest = resolve_model_file(config)
     hf_logging.disable_progress_bar()
     dtype = torch.bfloat16 if config.dtype == "bf16" else torch.float32
-    log.info("loading %s (%s)", path.name, config.dtype)
-    tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-    # Unpack the Q4_1 blocks into a dense model: the same arithmetic whichever optional GGUF kernels
-    # are installed, and a bf16 model whose block verify costs about what one token costs.
-    quantization = GgufConfig(gguf_file=path.name, dequantize=True)
-    model = AutoModelForCausalLM.from_pretrained(
-        str(path.parent), gguf_file=path.name, dtype=dtype, quantization_config=quantization
-    )
+    cached = converted_folder(config, digest)
+    model = tokenizer = None
+    if cached is not None and cached.is_dir():
+        log.info("loading %s (%s) as converted in %s", path.name, config.dtype, cached)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(str(cached))
+            model = AutoModelForCausalLM.from_pretrained(str(cached), dtype=dtype)
+        except (OSError, ValueError) as error:
+            log.warning("converted cache %s does not load (%s); converting %s again", cached, error, path.name)
+            model = tokenizer = None
+            shutil.rmtree(cached, ignore_errors=True)  # so the fresh conversion can take its place
+    if model is None:
+        log.info("loading %s (%s), converting it from GGUF", path.name, config.dtype)
+        tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+        # Unpack the Q4_1 blocks into a dense model: the same arithmetic whichever optional GGUF kernels
+        # are installed, and a bf16 model whose block verify costs about what one token costs.
+        quantization = GgufConfig(gguf_file=path.name, dequantize=True)
+        model = AutoModelForCausalLM.from_pretrained(
+            str(path.parent), gguf_file=path.name, dtype=dtype, quantization_config=quantization
+        )
+        if cached is not None:
+            _save_converted(model, tokenizer, cached)
     model.eval()
-    from .batch import install_segment_attention
-    from .packed_weights import pack_linears, rows_apart
-
-    if config.packed_weights:
+    if unpackable is not None:
+        log.warning("packed_weights: the bf16 linear layers stay plain, because %s", unpackable)
+    elif config.packed_weights:
         log.info("packed %d linear layers for oneDNN", pack_linears(model))
     if config.row_exact:
         problem = rows_apart(model, ROW_EXACT_MAX_ROWS)

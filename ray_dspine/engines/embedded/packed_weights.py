@@ -7,7 +7,9 @@ path hands the kernel torch's row-major weight on every call; packed, it reads i
 What stays: the values. The outputs equal the plain layer's up to bf16 rounding (the tests compare
 them; bit for bit on the machine of the figures below), and a row's output does not depend on the
 other rows fed with it (a test), so a verify block's rows are what its tokens give one at a time.
-When: only where torch has oneDNN (`torch.backends.mkldnn.is_available()`) and only for bf16;
+When: only for bf16, and only where oneDNN has bf16 kernels for this CPU (`torch.backends.mkldnn.is_available()`
+and `torch.ops.mkldnn._is_mkldnn_bf16_supported()`: AVX-512 BW/VL/DQ, AVX-NE-CONVERT or AMX; on an AVX2-only
+CPU oneDNN refuses the reorder, and the layers stay plain, `unpacked_reason` says why);
 fp32 layers stay as they are (their path is MKL's, whose rows are what greedy identity rests on).
 On the engine's CPU model in bf16, behind 600 cached tokens, a one-token step took 36.8 ms with the
 plain layers and 28.9 ms packed, four requests' 9-token verify blocks packed into one forward 70.3 ms
@@ -25,10 +27,18 @@ from __future__ import annotations
 import torch
 
 
+def unpacked_reason() -> str | None:
+    """None where oneDNN can pack bf16 linear weights on this CPU (rule `When`); else why it cannot."""
+    if not torch.backends.mkldnn.is_available() or not hasattr(torch.ops.mkldnn, "_reorder_linear_weight"):
+        return "this torch has no oneDNN"
+    if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        return (f"oneDNN has no bf16 kernels for this CPU (torch sees {torch.backends.cpu.get_cpu_capability()}; "
+                "they need AVX-512 BW/VL/DQ, AVX-NE-CONVERT or AMX)")
+    return None
+
+
 def can_pack(dtype: torch.dtype) -> bool:
-    return dtype == torch.bfloat16 and torch.backends.mkldnn.is_available() and hasattr(
-        torch.ops.mkldnn, "_reorder_linear_weight"
-    )
+    return dtype == torch.bfloat16 and unpacked_reason() is None
 
 
 class PackedLinear(torch.nn.Module):
