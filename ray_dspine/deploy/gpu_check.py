@@ -14,9 +14,9 @@ Rules, per pool, for its launch command and then its autoregressive fallback:
               since the router and the autoscaler count on the planned tokens.
   G4 sizes    /server_info's max_running_requests and max_mamba_cache_size equal the plan's.
 Each command runs alone (the server is stopped, its process group killed, before the next starts).
-Before any launch (`preflight`), what would only fail after minutes of downloading is refused: a config that
-cannot be read, a --pool the config lacks, a config with no SGLang pool, placeholder artifact pins (pins.py)
-in a pool to check, and a node where `nvidia-smi -L` lists no GPU.
+Before any launch, what would only fail after minutes of downloading is refused: a config that cannot be
+read, a --pool the config lacks, a config with no SGLang pool, placeholder artifact pins (pins.py) in a pool
+to check (`selected_pools`), and a node where `nvidia-smi -L` lists no GPU (`visible_gpus`).
 """
 
 from __future__ import annotations

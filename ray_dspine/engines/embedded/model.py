@@ -107,12 +107,12 @@ def converted_folder(config: EmbeddedEngineConfig, digest: str) -> Path | None:
         return None
     import transformers
 
-    return Path(config.converted_cache_dir).expanduser() / f"{digest}-{config.dtype}-transformers{transformers.__version__}"
+    name = f"{digest}-{config.dtype}-transformers{transformers.__version__}"
+    return Path(config.converted_cache_dir).expanduser() / name
 
 
 def _save_converted(model, tokenizer, folder: Path) -> None:
     """Save into a fresh temporary folder beside `folder`, then rename it into place (rule `converted cache`)."""
-
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
