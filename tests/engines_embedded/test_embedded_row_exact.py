@@ -263,8 +263,9 @@ def test_the_engine_refuses_to_load_where_rows_are_not_kept_apart(monkeypatch):
 def test_the_real_model_loads_under_row_exact_exactly_where_its_layers_keep_rows_apart():
     """On this machine's CPU, whichever it is: bf16 loads, packed where oneDNN has bf16 kernels for the CPU and plain
     where it has not; the engine's row_exact verdict is the rows-apart check of the packed layers, or, with none,
-    the reason none could be packed; and dtype auto follows it (bf16 with row_exact, or fp32)."""
-    from ray_dspine.engines.embedded.model import RowExactUnavailable, load_model
+    the reason none could be packed; and dtype auto follows it and the CPU's bf16 instructions (bf16 with row_exact,
+    or fp32)."""
+    from ray_dspine.engines.embedded.model import RowExactUnavailable, bf16_unsupported, load_model
 
     plain = load_model(EmbeddedEngineConfig(dtype="bf16"))  # packed where it can be, not checked
     packed = sum(isinstance(module, PackedLinear) for module in plain.model.modules())
@@ -281,7 +282,8 @@ def test_the_real_model_loads_under_row_exact_exactly_where_its_layers_keep_rows
         refused = error.problem
     assert refused == problem
     auto = load_model(EmbeddedEngineConfig(dtype="auto"))
-    assert (auto.dtype, auto.row_exact) == (("fp32", False) if problem else ("bf16", True))
+    takes_bf16 = problem is None and bf16_unsupported() is None  # model.py rule `dtype auto`
+    assert (auto.dtype, auto.row_exact) == (("bf16", True) if takes_bf16 else ("fp32", False))
 
 
 @needs_onednn
