@@ -108,9 +108,10 @@ def test_local_stack_listens_on_loopback_or_requires_the_token(tmp_path):
     env = dict(os.environ, DSPINE_RAY_PORT=str(gcs_port), DSPINE_RAY_CLIENT_PORT=str(free_port()),
                DSPINE_RAY_TOKEN_FILE=str(token))
     # what scripts/serve-local runs after its set-up step
-    stack = subprocess.Popen([str(local_cluster.BIN / "python"), "-m", "ray_dspine.local_cluster", str(config_path)],
-                             env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                             start_new_session=True)
+    output = tmp_path / "stack.log"  # its tail goes in the failure message when the stack exits early
+    with open(output, "wb") as log:
+        stack = subprocess.Popen([str(local_cluster.BIN / "python"), "-m", "ray_dspine.local_cluster", str(config_path)],
+                                 env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     started: set[int] = set()
     try:
         url = f"http://127.0.0.1:{http_port}"
@@ -125,7 +126,8 @@ def test_local_stack_listens_on_loopback_or_requires_the_token(tmp_path):
             if ready:
                 break
             time.sleep(1)
-        assert ready, f"the app did not become healthy (the stack's status {stack.poll()})"
+        tail = output.read_bytes()[-3000:].decode("utf-8", "replace")
+        assert ready, f"the app did not become healthy (the stack's status {stack.poll()}); its output ends:\n{tail}"
         assert stat.S_IMODE(token.stat().st_mode) == 0o600
         pids = tree(stack.pid)
         started |= pids
