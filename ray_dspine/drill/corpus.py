@@ -5,8 +5,9 @@ Rules (what each generator emits; `model` is the served model name, `limit` the 
                 for an integer; "yes", 1 for a boolean; ...) -> 400 naming the field.
   ranges        integers just outside their bounds (seed 2^63 and -2^63-1, max_tokens 0 and 2^31, ...)
                 -> 400 naming the field; the bounds themselves -> 200. SGLang's fields by SGLang's ranges
-                (top_k 0, min_p 1.5, min_tokens above max_tokens, ...), and its fields no pool carries
-                (stop_regex set) -> 400; their defaults and in-range values -> 200.
+                (top_k 0, min_p 1.5, min_tokens above max_tokens, a stop_regex that does not compile, ...),
+                and its fields no pool carries (skip_special_tokens false) -> 400; their defaults and
+                in-range values -> 200.
   messages      a message without content / with null content, a tool message without tool_call_id, an
                 assistant message with neither content nor tool_calls, unknown or missing role, a media part
                 -> 400 naming the field.
@@ -72,6 +73,7 @@ FIELDS = {
     "min_tokens": ("int", (CHAT, COMPLETIONS)),
     "ignore_eos": ("bool", (CHAT, COMPLETIONS)),
     "stop_token_ids": ("list", (CHAT, COMPLETIONS)),
+    "no_stop_trim": ("bool", (CHAT, COMPLETIONS)),
     "regex": ("str", (CHAT, COMPLETIONS)),
     "ebnf": ("str", (CHAT, COMPLETIONS)),
 }
@@ -90,7 +92,9 @@ RANGES = [  # (route, field, value, status[, param when not the field])
     (CHAT, "min_p", 1.5, 400), (CHAT, "min_p", 0.05, 200), (CHAT, "repetition_penalty", 0, 400),
     (CHAT, "repetition_penalty", 2.5, 400), (CHAT, "repetition_penalty", 1, 200), (CHAT, "min_tokens", 5, 400),
     (CHAT, "min_tokens", 4, 200), (CHAT, "min_tokens", -1, 400), (CHAT, "stop_token_ids", [-1], 400,
-    "stop_token_ids[0]"), (CHAT, "ignore_eos", True, 200), (CHAT, "stop_regex", "END$", 400),
+    "stop_token_ids[0]"), (CHAT, "ignore_eos", True, 200), (CHAT, "stop_regex", "END$", 200),
+    (COMPLETIONS, "stop_regex", ["a", "(b"], 400), (CHAT, "stop_regex", ["x"] * 33, 400),
+    (CHAT, "no_stop_trim", True, 200),
     (COMPLETIONS, "skip_special_tokens", False, 400), (CHAT, "skip_special_tokens", True, 200),
 ]
 

@@ -76,6 +76,10 @@ class GenerateRequest(BaseModel):
     min_tokens: int = Field(default=0, ge=0, description="Stop tokens (EOS, stop_token_ids) are masked until this many.")
     ignore_eos: bool = Field(default=False, description="No token ends the request (EOS nor stop_token_ids), as SGLang.")
     stop_token_ids: list[int] = Field(default_factory=list, description="Token ids that end the request, as EOS does.")
+    stop_regex: list[str] = Field(
+        default_factory=list, description="Patterns that end the request once the output matches one (SGLang)."
+    )
+    no_stop_trim: bool = Field(default=False, description="Keep the matched stop string or stop token (SGLang).")
     regex: str | None = Field(default=None, description="A regular expression the output must match (SGLang).")
     ebnf: str | None = Field(default=None, description="An EBNF grammar the output must follow (SGLang).")
     pace: bool = Field(

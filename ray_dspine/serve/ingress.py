@@ -189,6 +189,8 @@ class IngressCore:
             min_tokens=parsed.min_tokens,
             ignore_eos=parsed.ignore_eos,
             stop_token_ids=parsed.stop_token_ids or [],
+            stop_regex=parsed.stop_regex_list(),
+            no_stop_trim=parsed.no_stop_trim,
             regex=parsed.regex or None,
             ebnf=parsed.ebnf or None,
         )

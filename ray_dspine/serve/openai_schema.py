@@ -14,7 +14,8 @@ Rules:
   sglang     SGLang's own sampling fields, with SGLang 0.5.23's ranges (`SamplingParams.verify`): `top_k`
              -1 (off) or at least 1, `min_p` in [0, 1], `repetition_penalty` in (0, 2], `min_tokens` from 0
              (not above the max tokens asked for: `request_features.py`), `ignore_eos`, `stop_token_ids`
-             (token ids), `regex` and `ebnf`.
+             (token ids), `stop_regex` (at most 32 Python patterns of at most 256 bytes each, which must
+             compile), `no_stop_trim`, `regex` and `ebnf`.
   unknown    unknown top-level and message fields are ignored (clients send many); known fields a pool
              does not serve, and SGLang's fields this server does not carry, are refused by
              `request_features.py` when their value asks for something.
@@ -24,12 +25,14 @@ Rules:
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 INT32_MAX = 2**31 - 1
+MAX_STOP_REGEX_COUNT, MAX_STOP_REGEX_BYTES = 32, 256  # SGLang 0.5.23's sampling_params.py
 STRICT = ConfigDict(extra="ignore", strict=True)
 
 TokenCount = Annotated[int, Field(ge=1, le=INT32_MAX)]
@@ -193,6 +196,8 @@ class _Sampling(BaseModel):
     min_tokens: int = Field(default=0, ge=0, le=INT32_MAX, description="Stop tokens are masked until this many.")
     ignore_eos: bool = False
     stop_token_ids: list[Annotated[int, Field(ge=0, le=INT32_MAX)]] | None = None
+    stop_regex: str | list[str] | None = None
+    no_stop_trim: bool = False
     regex: str | None = None
     ebnf: str | None = None
 
@@ -210,6 +215,22 @@ class _Sampling(BaseModel):
             raise ValueError("at most 4 stop sequences")
         return value
 
+    @field_validator("stop_regex")
+    @classmethod
+    def _stop_patterns(cls, value):
+        patterns = [value] if isinstance(value, str) else value or []
+        if len(patterns) > MAX_STOP_REGEX_COUNT:
+            raise ValueError(f"at most {MAX_STOP_REGEX_COUNT} patterns, as SGLang allows")
+        for pattern in patterns:
+            size = len(pattern.encode("utf-8"))
+            if size > MAX_STOP_REGEX_BYTES:
+                raise ValueError(f"a pattern of {size} bytes; SGLang takes at most {MAX_STOP_REGEX_BYTES}")
+            try:
+                re.compile(pattern)
+            except (re.error, RecursionError, OverflowError) as exc:
+                raise ValueError(f"{pattern!r} is not a Python regular expression ({exc})") from None
+        return value
+
     @field_validator("logit_bias")
     @classmethod
     def _bias_range(cls, value):
@@ -222,6 +243,11 @@ class _Sampling(BaseModel):
         if self.stop is None:
             return []
         return [self.stop] if isinstance(self.stop, str) else list(self.stop)
+
+    def stop_regex_list(self) -> list[str]:
+        if self.stop_regex is None:
+            return []
+        return [self.stop_regex] if isinstance(self.stop_regex, str) else list(self.stop_regex)
 
 
 class ChatCompletionRequest(_Sampling):

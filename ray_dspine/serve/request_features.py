@@ -4,7 +4,8 @@ A field asks for something only through its value: what SDKs send by default (fa
 empty map, `response_format: {"type": "text"}`) always passes, so clients that fill in every field
 keep working. Nothing is dropped silently: a feature is either carried to the engine or refused. The
 sampling controls (temperature, top_p, top_k, min_p, the frequency, presence and repetition penalties,
-logit_bias, min_tokens, ignore_eos, stop_token_ids) are carried to every pool.
+logit_bias, min_tokens, ignore_eos, stop_token_ids) and the stop controls (stop, stop_regex, no_stop_trim) are
+carried to every pool.
 
 Rules, checked in this order; the first that applies refuses with 400, param = the field, code
 `unsupported_parameter` unless named otherwise:
@@ -41,7 +42,7 @@ FULL_FEATURE_ENGINES = frozenset({"sglang"})
 # SGLang 0.5.23's request fields (ChatCompletionRequest, CompletionRequest) that no pool here carries, each with
 # SGLang's default: the value a client may send and still pass (rule `sglang fields`).
 SGLANG_FIELDS_REFUSED = {
-    "stop_regex": None, "no_stop_trim": False, "continue_final_message": False, "skip_special_tokens": True,
+    "continue_final_message": False, "skip_special_tokens": True,
     "separate_reasoning": True, "stream_reasoning": True, "json_schema": None, "lora_path": None,
     "session_id": None, "session_params": None, "custom_logit_processor": None, "custom_params": None,
     "watermark": None, "cache_salt": None, "input_ids": None, "thinking": None, "task": None,

@@ -43,3 +43,32 @@ def test_final_push_flushes_held_text():
     d = IncrementalDetokenizer(CharTokenizer(), stop=["XYZ"])
     assert d.push(ids("abcd")) == "ab"
     assert d.push([], final=True) == "cd"
+
+
+def test_rule_stop_at_searches_a_push_of_several_tokens_token_by_token():
+    d = IncrementalDetokenizer(CharTokenizer(), stop=[], stop_regex=["END$"])
+    # the whole push "xEND yz" does not end with END; its 4-token prefix does: 4 of the 7 tokens are kept
+    assert d.push(ids("xEND yz")) == "xEND"
+    assert d.stopped and d.kept == 4
+
+
+def test_rule_stop_at_the_earliest_stop_of_a_push_wins():
+    d = IncrementalDetokenizer(CharTokenizer(), stop=["yy", "x"])
+    assert d.push(ids("axbyy")) == "a" and d.kept == 2
+
+
+def test_rule_cut_keep_stop_keeps_the_stop_string_and_holds_nothing_back():
+    d = IncrementalDetokenizer(CharTokenizer(), stop=["END"], keep_stop=True)
+    assert d.push(ids("hello E")) == "hello E"  # nothing held: the cut never removes text before the stop
+    assert d.push(ids("ND more")) == "ND" and d.kept == 2
+
+
+def test_rule_cut_a_pattern_keeps_its_match_unless_its_own_text_is_there():
+    d = IncrementalDetokenizer(CharTokenizer(), stop=[], stop_regex=[r"\d{3}"])
+    # hold back len(r"\d{3}") - 1 = 4 characters: the pattern's own text would be cut
+    assert d.push(ids("abc 12 3")) == "abc "  # 8 characters, 4 held
+    assert d.push(ids("45 tail")) == "12 345" and d.kept == 2
+    d = IncrementalDetokenizer(CharTokenizer(), stop=[], stop_regex=["END"])
+    assert d.push(ids("say END now")) == "say " and d.kept == 7
+    d = IncrementalDetokenizer(CharTokenizer(), stop=["B"], stop_regex=["AB"])
+    assert d.push(ids("xAByy")) == "xA" and d.kept == 3  # the stop string beats the pattern at the same token

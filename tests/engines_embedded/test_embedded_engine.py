@@ -218,6 +218,24 @@ def test_end_tokens_a_stop_token_id_ends_the_request_and_is_not_shown(loaded):
     assert finished == "length" and len(ids) == 24  # ignore_eos: no token ends it, as in SGLang
 
 
+def test_a_stop_pattern_ends_the_answer_at_the_token_that_completes_it_speculative_or_not(loaded):
+    import re
+
+    plain, _, plain_text = greedy_ids(loaded, PROMPTS[1], max_tokens=40)
+    pattern = r"return a [+-] b"  # the code edit repeats its input; speculation accepts long blocks there
+    at = next(n for n in range(1, len(plain) + 1) if re.search(pattern, loaded.tokenizer.decode(plain[:n])))
+    expected = loaded.tokenizer.decode(plain[:at], skip_special_tokens=True)
+    assert re.search(pattern, expected) and at < len(plain) - 4  # the control: the answer goes on after it
+    for speculative in (False, True):
+        ids, finished, text = greedy_ids(loaded, PROMPTS[1], max_tokens=40, speculative=speculative,
+                                         stop_regex=[pattern])  # fmt: skip
+        assert (ids, finished, text) == (plain[:at], "stop", expected), speculative
+        # a stop string kept with no_stop_trim ends in the same place, its text included
+        ids, _, text = greedy_ids(loaded, PROMPTS[1], max_tokens=40, speculative=speculative,
+                                  stop=["return a + b"], no_stop_trim=True)  # fmt: skip
+        assert text == plain_text[: plain_text.index("return a + b") + len("return a + b")], speculative
+
+
 def test_sampling_fields_left_out_take_openais_defaults(loaded):
     from ray_dspine.engines.embedded.sequence_setup import make_sequence
 

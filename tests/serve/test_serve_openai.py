@@ -64,6 +64,21 @@ def test_non_streaming_and_greedy_identity_across_pools(serve_url):
     assert ar.json()["usage"]["accept_length"] == 1.0
 
 
+def test_stop_regex_and_no_stop_trim_end_the_answer_on_both_pools(serve_url):
+    body = {"model": MODEL, "messages": user("Rename add to plus and return the whole code:\n" + CODE),
+            "temperature": 0, "max_tokens": 48}  # fmt: skip
+    full = chat(serve_url, body, {"x-dspine-pool": "ar"}).json()["choices"][0]["message"]["content"]
+    assert "return a + b" in full and not full.endswith("return a + b")  # the control: it goes on after it
+    for pool in ("spec", "ar"):
+        by_pattern = chat(serve_url, {**body, "stop_regex": r"a \+ b$"}, {"x-dspine-pool": pool})
+        kept = chat(serve_url, {**body, "stop": "return", "no_stop_trim": True}, {"x-dspine-pool": pool})
+        for answer in (by_pattern, kept):
+            assert answer.status_code == 200 and answer.json()["choices"][0]["finish_reason"] == "stop", pool
+        # the pattern's match is kept, as SGLang keeps it; the stop string is kept, as no_stop_trim asks
+        assert by_pattern.json()["choices"][0]["message"]["content"] == full[: full.index("a + b") + 5], pool
+        assert kept.json()["choices"][0]["message"]["content"] == full[: full.index("return") + 6], pool
+
+
 def test_completions_endpoint(serve_url):
     r = httpx.post(f"{serve_url}/v1/completions", json={"model": MODEL, "prompt": "The sky is", "max_tokens": 8, "temperature": 0}, timeout=60)
     assert r.status_code == 200 and r.json()["object"] == "text_completion"

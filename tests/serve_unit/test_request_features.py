@@ -117,15 +117,30 @@ def test_rule_grammar_regex_and_ebnf_only_on_sglang_pools_and_one_constraint():
 
 def test_rule_sglang_fields_not_carried_are_refused_unless_at_sglangs_default():
     for engine in ("embedded", "sglang"):
-        assert refused(chat(stop_regex="END$"), engine) == ("stop_regex", "unsupported_parameter")
+        assert refused(chat(continue_final_message=True), engine) == ("continue_final_message",
+                                                                     "unsupported_parameter")
+        assert refused(chat(stop_regex="END$", no_stop_trim=True), engine) is None  # carried to every pool
         assert refused(chat(skip_special_tokens=False), engine) == ("skip_special_tokens", "unsupported_parameter")
         assert refused(completion(json_schema='{"type": "object"}'), engine)[0] == "json_schema"
         assert refused(chat(session_id="s1"), engine)[0] == "session_id"
     # SGLang's defaults, and fields that change no answer here, pass
-    assert refused(chat(skip_special_tokens=True, no_stop_trim=False, separate_reasoning=True, stop_regex=None)) is None
+    assert refused(chat(skip_special_tokens=True, continue_final_message=False, separate_reasoning=True)) is None
     assert refused(chat(rid="mine", priority=3, return_spec_tokens_details=True), "sglang") is None
-    found = refusal(chat(no_stop_trim=True), "spec", "sglang")
-    assert found.message == "`no_stop_trim` (an SGLang field) is not served by this server; send false or leave it out"
+    found = refusal(chat(return_hidden_states=True), "spec", "sglang")
+    assert found.message == ("`return_hidden_states` (an SGLang field) is not served by this server; send false or "
+                             "leave it out")
+
+
+def test_schema_stop_regex_takes_what_sglang_takes():
+    assert chat(stop_regex="END$").stop_regex_list() == ["END$"] and chat().stop_regex_list() == []
+    assert chat(stop_regex=[r"\d+"] * 32, no_stop_trim=True).stop_regex_list() == [r"\d+"] * 32
+    for bad, message in (("(", r"'\(' is not a Python regular expression \(missing \), unterminated subpattern"),
+                         (["a"] * 33, "at most 32 patterns"), ("é" * 129, "a pattern of 258 bytes"),
+                         ([1], "stop_regex"), (True, "stop_regex")):  # fmt: skip
+        with pytest.raises(ValueError, match=message):
+            chat(stop_regex=bad)
+    with pytest.raises(ValueError, match="no_stop_trim"):
+        chat(no_stop_trim="yes")
 
 
 def test_schema_sglang_sampling_ranges():

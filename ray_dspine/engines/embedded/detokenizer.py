@@ -1,39 +1,90 @@
-"""Incremental detokenization with stop strings.
+"""Incremental detokenization with stop strings and stop patterns (SGLang's `stop`, `stop_regex`, `no_stop_trim`).
 
-Rule. After each step the whole output is decoded; the new text is what extends the text already
-sent. Text ending in U+FFFD (an incomplete UTF-8 sequence) is held back until the next token
-completes it. With stop strings, the last (max stop length - 1) characters are held back too, so a
-stop string split across steps is never half-sent; when a stop string appears, the output is cut
-just before it and the request finishes with reason "stop".
-Cost: O(output length) per step (decoding the whole output), fine for outputs of a few thousand tokens.
+Rules:
+  new text   after each push the whole output is decoded; the text sent is what extends the text already
+             sent. Text ending in U+FFFD (an incomplete UTF-8 sequence) is held back until a token completes it.
+  stop at    the request stops at the first pushed token after which the output's text contains a stop string
+             or a stop pattern matches it (`re.search` over the whole output text). A step that pushes
+             several tokens (a verify step) is searched token by token, so the earliest stop wins and a
+             pattern anchored at the end (`END$`) is caught even when a later token of the step breaks it.
+             `kept` says how many of the push's tokens come before the stop, it included; the rest are
+             dropped, as SGLang's finished_len drops them.
+  cut        a stop string: the text ends just before its earliest occurrence, or just after it with
+             `keep_stop` (SGLang's no_stop_trim). A stop pattern (the first in the request's order that
+             matches): the text ends with the stopping token, the match kept, except that where the pattern's
+             own text occurs in it, it is cut there as a stop string would be: SGLang 0.5.23 trims a pattern
+             stop with its stop-string trim. A stop string beats a pattern that stops at the same token, as in
+             SGLang.
+  hold back  unless `keep_stop`, the last (longest stop string or pattern - 1) characters are held back too, so
+             text the cut may remove is never sent.
+Cost: O(output length) per push, and O(pushed tokens x output length) while any stop is set and a push of
+several tokens may hold one (each earlier prefix of the push is decoded).
 """
 
 from __future__ import annotations
 
+import re
+
 
 class IncrementalDetokenizer:
-    def __init__(self, tokenizer, stop: list[str]):
+    def __init__(self, tokenizer, stop: list[str], stop_regex: list[str] = (), keep_stop: bool = False):
         self._tokenizer = tokenizer
         self._stop = [s for s in stop if s]
-        self._hold = max((len(s) for s in self._stop), default=1) - 1
+        self._patterns = [re.compile(p) for p in stop_regex]
+        self._keep = keep_stop
+        trimmed = self._stop + [p.pattern for p in self._patterns]
+        self._hold = 0 if keep_stop else max((len(s) for s in trimmed), default=1) - 1
         self._ids: list[int] = []
         self._sent = 0
         self.stopped = False
+        self.kept = 0
 
     def push(self, token_ids: list[int], final: bool = False) -> str:
-        """Add tokens; return the text that may be sent now."""
+        """Add tokens; return the text that may be sent now (rule `new text`)."""
+        before = len(self._ids)
         self._ids.extend(token_ids)
-        text = self._tokenizer.decode(self._ids, skip_special_tokens=True)
-        for stop in self._stop:
-            at = text.find(stop)
-            if at != -1:
-                self.stopped = True
-                text = text[:at]
-                final = True
+        self.kept = len(token_ids)
+        text = self._decode(len(self._ids))
+        if self._stop or self._patterns:
+            found = self._stop_at(before, text)
+            if found is not None:
+                self.stopped, final = True, True
+                self.kept, text = found[0] - before, found[1]
+                del self._ids[found[0] :]
         if not final:
-            if text.endswith("\ufffd"):
-                text = text.rstrip("\ufffd")
+            text = text.rstrip("\ufffd") if text.endswith("\ufffd") else text
             text = text[: max(self._sent, len(text) - self._hold)]
         delta = text[self._sent :]
         self._sent = max(self._sent, len(text))
         return delta
+
+    def _decode(self, n: int) -> str:
+        return self._tokenizer.decode(self._ids[:n], skip_special_tokens=True)
+
+    def _stop_at(self, before: int, whole: str) -> tuple[int, str] | None:
+        """(n, the text to end with) for the first prefix ids[:n], n > before, that holds a stop (rule `stop
+        at`); None when none does."""
+        last = len(self._ids)
+        if last == before or (not self._stops_in(whole) and (last - before == 1 or not self._patterns)):
+            return None  # without patterns, a prefix holds a stop string only if the whole text does
+        for n in range(before + 1, last + 1):
+            text = whole if n == last else self._decode(n)
+            cut = self._cut(text)
+            if cut is not None:
+                return n, cut
+        return None
+
+    def _stops_in(self, text: str) -> bool:
+        return any(s in text for s in self._stop) or any(p.search(text) for p in self._patterns)
+
+    def _cut(self, text: str) -> str | None:
+        """The text to end with when `text` holds a stop (rule `cut`), else None."""
+        found = [(text.find(s), s) for s in self._stop if s in text]
+        if found:
+            at, stop = min(found)
+            return text[: at + len(stop)] if self._keep else text[:at]
+        pattern = next((p.pattern for p in self._patterns if p.search(text)), None)
+        if pattern is None:
+            return None
+        at = text.find(pattern)
+        return text if at == -1 else text[: at + len(pattern)] if self._keep else text[:at]

@@ -17,8 +17,10 @@ CPU model a 9-token verify block behind 3,000 cached tokens took 90.4 ms instead
 fp32, docs/results/embedded-engine.md). A one-token step (no draft) and prefill chunks keep the model's
 own forward: no copy is made for one token, and a chunk gains nothing measurable.
 Rule `end tokens` (SGLang's): the end tokens are EOS and the request's stop_token_ids. The first one emitted
-finishes the request ("stop") and is not shown; with ignore_eos none does. While fewer than min_tokens tokens
-are out, every logits row for a position below min_tokens has the end tokens at -inf, so none is chosen there.
+finishes the request ("stop") and is not shown (with no_stop_trim it is, as text if it has any); with
+ignore_eos none does. A stop string or stop pattern ends the request at the token that completes it, later
+tokens of its step dropped (detokenizer.py). While fewer than min_tokens tokens are out, every logits row for
+a position below min_tokens has the end tokens at -inf, so none is chosen there.
 Under `row_exact` (batch.py rule `row exact`) a draft is cut to ROW_EXACT_MAX_ROWS - 1 tokens and its
 block's attention runs one query row at a time, so every row's logits are a one-token step's bits.
 """
@@ -79,6 +81,7 @@ class Sequence:
     min_tokens: int = 0  # rule `end tokens`
     ignore_eos: bool = False
     stop_token_ids: frozenset[int] = frozenset()
+    no_stop_trim: bool = False  # rule `end tokens`; detokenizer.py rule `cut`
     frequency_penalty: float = 0.0  # speculative.py rule `penalties`
     presence_penalty: float = 0.0
     repetition_penalty: float = 1.0
@@ -288,18 +291,19 @@ def _emit(seq: Sequence, tokens: list[int]) -> StepOutput:
             seq.finished = "stop"
             break
     tokens = tokens[: seq.remaining]
+    if seq.finished is None and len(tokens) >= seq.remaining:
+        seq.finished = "length"
+    shown = [i for i, token in enumerate(tokens) if token not in seq.eos_token_ids]  # an EOS is never text
+    if seq.finished == "stop":  # the matched end token is not shown, as SGLang trims it, but with no_stop_trim
+        shown = [i for i in shown if i < len(tokens) - 1] + ([len(tokens) - 1] if seq.no_stop_trim else [])
+    text = seq.detokenizer.push([tokens[i] for i in shown], final=seq.finished is not None)
+    if seq.detokenizer.stopped:  # a stop string or pattern ends the request at its token (detokenizer.py)
+        tokens = tokens[: shown[seq.detokenizer.kept - 1] + 1]
+        seq.finished = "stop"
     seq.verify_steps += 1
     seq.accept_histogram[min(len(tokens), seq.histogram_size) - 1] += 1
     seq.output_ids.extend(tokens)
     seq.last_token = tokens[-1]
     if seq.drafter is not None:
         seq.drafter.extend(tokens)
-    if seq.finished is None and seq.remaining <= 0:
-        seq.finished = "length"
-    visible = [t for t in tokens if t not in seq.eos_token_ids]
-    if seq.finished == "stop" and visible and visible[-1] in ends:
-        visible = visible[:-1]  # a matched stop token id is not shown, as SGLang trims it
-    text = seq.detokenizer.push(visible, final=seq.finished is not None)
-    if seq.detokenizer.stopped:
-        seq.finished = "stop"
     return StepOutput(text, len(tokens), seq.finished)

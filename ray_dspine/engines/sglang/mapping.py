@@ -8,9 +8,9 @@ turns into `chat_template_kwargs` thinking = enable_thinking = true and also han
 `temperature`, `top_p`, `top_k`, `min_p` and `repetition_penalty` go only when the client gave them: left out,
 SGLang picks them (a chat request takes the model's generation_config under SGLang's default
 `--sampling-defaults model`; a completion request OpenAI's defaults). `frequency_penalty`, `presence_penalty`
-(when non-zero), `logit_bias`, `stop_token_ids`, `regex`, `ebnf` (when set), `min_tokens` (when above 0) and
-`ignore_eos` (when true) go to both endpoints; `tools` with `tool_choice` and `parallel_tool_calls` (when set),
-and `response_format`, to chat only.
+(when non-zero), `logit_bias`, `stop_token_ids`, `stop_regex`, `regex`, `ebnf` (when set), `min_tokens` (when
+above 0), `ignore_eos` and `no_stop_trim` (when true) go to both endpoints; `tools` with `tool_choice` and
+`parallel_tool_calls` (when set), and `response_format`, to chat only.
 
 Facts this rests on (SGLang 0.5.23's installed `sglang/srt/entrypoints/openai/`, checked by
 tests/sglang_contract/test_wire_requests.py): every key sent is a field of ChatCompletionRequest /
@@ -118,7 +118,7 @@ def build_payload(request: GenerateRequest, model: str) -> dict[str, Any]:
             payload[name] = getattr(request, name)
     if request.logit_bias:
         payload["logit_bias"] = dict(request.logit_bias)
-    for name in ("min_tokens", "ignore_eos", "stop_token_ids", "regex", "ebnf"):
+    for name in ("min_tokens", "ignore_eos", "stop_token_ids", "stop_regex", "no_stop_trim", "regex", "ebnf"):
         if getattr(request, name):
             payload[name] = getattr(request, name)
     if request.messages is None:
