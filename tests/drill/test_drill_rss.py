@@ -1,5 +1,6 @@
 """rss.py: the test process's own RSS, and the choice of a cluster's processes on a hand-built /proc."""
 
+import mmap
 import os
 import re
 from pathlib import Path
@@ -23,12 +24,14 @@ def test_reads_this_process():
     assert "pytest" in me.command
     assert abs(me.rss_bytes - _vm_rss_bytes()) < 16 * MIB  # read moments apart
     before = read_process(os.getpid()).rss_bytes
-    block = bytearray(64 * MIB)  # zero-filled by the allocator: touch every page so it is resident
+    # a fresh anonymous mapping, not the allocator's: after earlier tests freed memory, malloc can hand back pages
+    # that are still resident, and RSS would not grow; touch every page so it is resident
+    block = mmap.mmap(-1, 64 * MIB)
     for i in range(0, len(block), 4096):
         block[i] = 1
     grown = read_process(os.getpid()).rss_bytes - before
     assert grown >= 60 * MIB
-    del block
+    block.close()
 
 
 def _proc(root: Path, pid: int, ppid: int, command: str, rss_kb: int | None = 1024) -> None:
