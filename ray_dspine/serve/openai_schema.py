@@ -228,7 +228,7 @@ class _Sampling(BaseModel):
             try:
                 re.compile(pattern)
             except (re.error, RecursionError, OverflowError) as exc:
-                raise ValueError(f"{pattern!r} is not a Python regular expression ({exc})") from None
+                raise ValueError(f"`{pattern}` is not a Python regular expression ({exc})") from None
         return value
 
     @field_validator("logit_bias")

@@ -314,3 +314,33 @@ def test_prefill_chunk_rides_with_verify_blocks_and_output_is_unchanged(tiny, mo
     assert bool(chunk_forwards) is mixed
     # never two chunks in one forward
     assert all(sum(q > 1 and r == 1 for q, r in zip(*c)) <= 1 for c in calls)
+
+
+def test_a_stop_pattern_over_its_search_budget_ends_its_request_with_a_400_alone_or_batched(tiny):
+    # logit_bias makes every token "a" (id 65 = ord("a") - 32): (a|aa)+\d then backtracks through every way of
+    # splitting the a's, which grows as the Fibonacci numbers; 60 a's took the whole 100 ms budget here (MEASURED)
+    runaway = GenerateRequest(request_id="slow", prompt="xyz", max_tokens=120, temperature=0.0, ignore_eos=True,
+                              logit_bias={"65": 100.0}, stop_regex=[r"(a|aa)+\d"])  # fmt: skip
+
+    async def main(max_batch_requests):
+        eng = _engine(tiny, max_batch_requests=max_batch_requests)
+        await eng.start()
+        slow, normal = await asyncio.gather(
+            _chunks(eng, runaway), _chunks(eng, GenerateRequest(request_id="ok", prompt="abc", max_tokens=40)),
+        )
+        after = await _chunks(eng, GenerateRequest(request_id="after", prompt="abc", max_tokens=8))
+        await eng.stop()
+        return slow, normal, after
+
+    for max_batch_requests in (1, 4):
+        slow, normal, after = asyncio.run(main(max_batch_requests))
+        last = slow[-1]
+        assert (last.finish_reason, last.error_status, last.error_param) == ("error", 400, "stop_regex")
+        assert last.error.startswith(r"stop_regex `(a|aa)+\d` took over 100 ms to search the output")
+        assert set("".join(c.text for c in slow)) <= {"a"} and sum(c.num_tokens for c in slow) < 120
+        assert normal[-1].error is None and normal[-1].usage.completion_tokens == 40
+        assert after[-1].error is None and after[-1].usage.completion_tokens == 8  # the engine serves on
+
+
+async def _chunks(eng, request):
+    return [chunk async for chunk in eng.generate(request)]

@@ -72,3 +72,14 @@ def test_rule_cut_a_pattern_keeps_its_match_unless_its_own_text_is_there():
     assert d.push(ids("say END now")) == "say " and d.kept == 7
     d = IncrementalDetokenizer(CharTokenizer(), stop=["B"], stop_regex=["AB"])
     assert d.push(ids("xAByy")) == "xA" and d.kept == 3  # the stop string beats the pattern at the same token
+
+
+def test_rule_budget_a_pattern_that_backtracks_without_end_ends_with_an_error_naming_it():
+    d = IncrementalDetokenizer(CharTokenizer(), stop=[], stop_regex=["x", r"(a|aa)+\d"])
+    # Python's re took 0.85 s on 32 a's and a "b" (MEASURED), 2.6 times longer with every 2 more a's
+    assert d.push(ids("a" * 60 + "b")) == ""
+    assert d.stopped and d.kept == 0
+    assert d.error == (r"stop_regex `(a|aa)+\d` took over 100 ms to search the output (it backtracks too much); "
+                       "use a pattern without nested repeats")
+    fine = IncrementalDetokenizer(CharTokenizer(), stop=[], stop_regex=[r"a{3}b"])
+    assert fine.push(ids("a" * 60 + "b")) == "a" * 60 + "b" and fine.error is None and fine.stopped

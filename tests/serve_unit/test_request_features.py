@@ -134,7 +134,7 @@ def test_rule_sglang_fields_not_carried_are_refused_unless_at_sglangs_default():
 def test_schema_stop_regex_takes_what_sglang_takes():
     assert chat(stop_regex="END$").stop_regex_list() == ["END$"] and chat().stop_regex_list() == []
     assert chat(stop_regex=[r"\d+"] * 32, no_stop_trim=True).stop_regex_list() == [r"\d+"] * 32
-    for bad, message in (("(", r"'\(' is not a Python regular expression \(missing \), unterminated subpattern"),
+    for bad, message in (("(", r"`\(` is not a Python regular expression \(missing \), unterminated subpattern"),
                          (["a"] * 33, "at most 32 patterns"), ("é" * 129, "a pattern of 258 bytes"),
                          ([1], "stop_regex"), (True, "stop_regex")):  # fmt: skip
         with pytest.raises(ValueError, match=message):

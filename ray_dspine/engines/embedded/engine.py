@@ -73,6 +73,7 @@ from .model import LoadedModel, load_model, resolve_num_threads, set_threads
 from .prompt import render_prompt
 from .sequence import (
     Sequence,
+    StepOutput,
     after_prefill,
     choose_draft,
     drop_rejected,
@@ -357,11 +358,8 @@ class EmbeddedEngine:
             self._accept_ema = (1 - alpha) * self._accept_ema + alpha * out.num_tokens
         if out.num_tokens == 0 and out.finish_reason is None:
             return
-        chunk = Chunk(text=out.text, num_tokens=out.num_tokens, finish_reason=out.finish_reason)
-        if out.finish_reason is not None:
-            chunk.usage = sequence.usage()
         with self._wake:
-            self._send(request_id, chunk)
+            self._send(request_id, _chunk(out, sequence))
             if out.finish_reason is not None:
                 self._finish(request_id)
 
@@ -463,10 +461,7 @@ class EmbeddedEngine:
                     self._accept_ema = (1 - alpha) * self._accept_ema + alpha * out.num_tokens
                 if out.num_tokens == 0 and out.finish_reason is None:
                     continue
-                chunk_out = Chunk(text=out.text, num_tokens=out.num_tokens, finish_reason=out.finish_reason)
-                if out.finish_reason is not None:
-                    chunk_out.usage = seq.usage()
-                self._send(request_id, chunk_out)
+                self._send(request_id, _chunk(out, seq))
                 if out.finish_reason is not None:
                     self._finish(request_id)
 
@@ -479,3 +474,14 @@ class EmbeddedEngine:
             rate, alpha = num_tokens / seconds, self.config.accept_ema_alpha
             previous = self._prefill_tokens_per_s
             self._prefill_tokens_per_s = rate if previous == 0 else (1 - alpha) * previous + alpha * rate
+
+
+def _chunk(out: StepOutput, sequence: Sequence) -> Chunk:
+    """What a step sends its request: its text and tokens, with the usage once it finishes; or its error."""
+    if out.error is not None:
+        error = out.error
+        return Chunk(finish_reason="error", error=str(error), error_status=error.status, error_param=error.param)
+    chunk = Chunk(text=out.text, num_tokens=out.num_tokens, finish_reason=out.finish_reason)
+    if out.finish_reason is not None:
+        chunk.usage = sequence.usage()
+    return chunk

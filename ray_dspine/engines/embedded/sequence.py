@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..protocol import Usage
+from ..protocol import EngineError, Usage
 from .batch import fit_rows, forward_packed
 from .config import ROW_EXACT_MAX_ROWS
 from .detokenizer import IncrementalDetokenizer
@@ -47,6 +47,7 @@ class StepOutput:
     num_tokens: int
     finish_reason: str | None
     num_drafted: int = -1  # draft tokens verified by this decode step; -1 for a prefill step
+    error: EngineError | None = None  # set: the request ends with this error (finish_reason "error")
 
 
 @dataclass
@@ -297,6 +298,10 @@ def _emit(seq: Sequence, tokens: list[int]) -> StepOutput:
     if seq.finished == "stop":  # the matched end token is not shown, as SGLang trims it, but with no_stop_trim
         shown = [i for i in shown if i < len(tokens) - 1] + ([len(tokens) - 1] if seq.no_stop_trim else [])
     text = seq.detokenizer.push([tokens[i] for i in shown], final=seq.finished is not None)
+    if seq.detokenizer.error is not None:  # detokenizer.py rule `budget`
+        seq.finished = "error"
+        error = EngineError(seq.detokenizer.error, status=400, param="stop_regex", code="invalid_value")
+        return StepOutput("", 0, "error", error=error)
     if seq.detokenizer.stopped:  # a stop string or pattern ends the request at its token (detokenizer.py)
         tokens = tokens[: shown[seq.detokenizer.kept - 1] + 1]
         seq.finished = "stop"

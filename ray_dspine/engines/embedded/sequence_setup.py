@@ -6,7 +6,8 @@ Rules (C = min(context_length_tokens, the model's context), P = prompt tokens, M
   Sampling fields left out (None) take OpenAI's defaults, temperature 1 and top-p 1, no top-k or min-p:
   the model's GGUF names no sampling defaults of its own (SGLang would read generation_config.json).
   A logit_bias key outside the model's vocabulary is refused (400, param logit_bias), as SGLang's
-  SamplingParams.verify refuses it.
+  SamplingParams.verify refuses it; so is a stop_regex pattern the `regex` package cannot compile (400, param
+  stop_regex: detokenizer.py searches with it; the ingress has checked it compiles under `re`, as SGLang does).
   Sampling draws from a generator seeded with the request's seed (a random one without).
   A seeded sampled request drafts with the prior step costs 1 + draft_cost_ratio_prior * k, never the
   measured ones nor an exploration, and its acceptance counts start neutral and feed no pool
@@ -87,7 +88,7 @@ def make_sequence(
         repetition_penalty=1.0 if request.repetition_penalty is None else request.repetition_penalty,
         logit_bias=bias,
         eos_token_ids=loaded.eos_token_ids,
-        detokenizer=IncrementalDetokenizer(loaded.tokenizer, request.stop, request.stop_regex, request.no_stop_trim),
+        detokenizer=_detokenizer(loaded.tokenizer, request),
         drafter=drafter,
         generator=generator,
         histogram_size=config.num_draft_tokens + 1,
@@ -122,3 +123,13 @@ def _dense_bias(logit_bias: dict[str, float], vocab: int):
             )
         dense[int(token)] = value
     return dense
+
+
+def _detokenizer(tokenizer, request: GenerateRequest) -> IncrementalDetokenizer:
+    import regex
+
+    try:
+        return IncrementalDetokenizer(tokenizer, request.stop, request.stop_regex, request.no_stop_trim)
+    except regex.error as exc:
+        raise EngineError(f"stop_regex: a pattern does not compile ({exc})", status=400, param="stop_regex",
+                          code="invalid_value") from exc  # fmt: skip
