@@ -6,8 +6,8 @@ Rules (what each generator emits; `model` is the served model name, `limit` the 
   ranges        integers just outside their bounds (seed 2^63 and -2^63-1, max_tokens 0 and 2^31, ...)
                 -> 400 naming the field; the bounds themselves -> 200. SGLang's fields by SGLang's ranges
                 (top_k 0, min_p 1.5, min_tokens above max_tokens, a stop_regex that does not compile, ...),
-                and its fields no pool carries (skip_special_tokens false) -> 400; their defaults and
-                in-range values -> 200.
+                a chat field sent to completions (continue_final_message) and its fields no pool carries
+                (session_id) -> 400; their defaults and in-range values -> 200.
   messages      a message without content / with null content, a tool message without tool_call_id, an
                 assistant message with neither content nor tool_calls, unknown or missing role, a media part
                 -> 400 naming the field.
@@ -74,6 +74,8 @@ FIELDS = {
     "ignore_eos": ("bool", (CHAT, COMPLETIONS)),
     "stop_token_ids": ("list", (CHAT, COMPLETIONS)),
     "no_stop_trim": ("bool", (CHAT, COMPLETIONS)),
+    "skip_special_tokens": ("bool", (CHAT, COMPLETIONS)),
+    "continue_final_message": ("bool", (CHAT,)),
     "regex": ("str", (CHAT, COMPLETIONS)),
     "ebnf": ("str", (CHAT, COMPLETIONS)),
 }
@@ -94,8 +96,9 @@ RANGES = [  # (route, field, value, status[, param when not the field])
     (CHAT, "min_tokens", 4, 200), (CHAT, "min_tokens", -1, 400), (CHAT, "stop_token_ids", [-1], 400,
     "stop_token_ids[0]"), (CHAT, "ignore_eos", True, 200), (CHAT, "stop_regex", "END$", 200),
     (COMPLETIONS, "stop_regex", ["a", "(b"], 400), (CHAT, "stop_regex", ["x"] * 33, 400),
-    (CHAT, "no_stop_trim", True, 200),
-    (COMPLETIONS, "skip_special_tokens", False, 400), (CHAT, "skip_special_tokens", True, 200),
+    (CHAT, "no_stop_trim", True, 200), (COMPLETIONS, "skip_special_tokens", False, 200),
+    (CHAT, "skip_special_tokens", True, 200), (CHAT, "continue_final_message", True, 200),
+    (COMPLETIONS, "continue_final_message", True, 400), (CHAT, "session_id", "s1", 400),
 ]
 
 

@@ -80,6 +80,10 @@ class GenerateRequest(BaseModel):
         default_factory=list, description="Patterns that end the request once the output matches one (SGLang)."
     )
     no_stop_trim: bool = Field(default=False, description="Keep the matched stop string or stop token (SGLang).")
+    skip_special_tokens: bool = Field(default=True, description="False: special tokens are text too (SGLang).")
+    continue_final_message: bool = Field(
+        default=False, description="Chat: the answer continues a last assistant message instead of a new turn (SGLang)."
+    )
     regex: str | None = Field(default=None, description="A regular expression the output must match (SGLang).")
     ebnf: str | None = Field(default=None, description="An EBNF grammar the output must follow (SGLang).")
     pace: bool = Field(

@@ -191,6 +191,8 @@ class IngressCore:
             stop_token_ids=parsed.stop_token_ids or [],
             stop_regex=parsed.stop_regex_list(),
             no_stop_trim=parsed.no_stop_trim,
+            skip_special_tokens=parsed.skip_special_tokens,
+            continue_final_message=chat and parsed.continue_final_message,
             regex=parsed.regex or None,
             ebnf=parsed.ebnf or None,
         )

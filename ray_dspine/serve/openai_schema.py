@@ -15,7 +15,8 @@ Rules:
              -1 (off) or at least 1, `min_p` in [0, 1], `repetition_penalty` in (0, 2], `min_tokens` from 0
              (not above the max tokens asked for: `request_features.py`), `ignore_eos`, `stop_token_ids`
              (token ids), `stop_regex` (at most 32 Python patterns of at most 256 bytes each, which must
-             compile), `no_stop_trim`, `regex` and `ebnf`.
+             compile), `no_stop_trim`, `skip_special_tokens`, chat's `continue_final_message`, `regex` and
+             `ebnf`.
   unknown    unknown top-level and message fields are ignored (clients send many); known fields a pool
              does not serve, and SGLang's fields this server does not carry, are refused by
              `request_features.py` when their value asks for something.
@@ -198,6 +199,7 @@ class _Sampling(BaseModel):
     stop_token_ids: list[Annotated[int, Field(ge=0, le=INT32_MAX)]] | None = None
     stop_regex: str | list[str] | None = None
     no_stop_trim: bool = False
+    skip_special_tokens: bool = True
     regex: str | None = None
     ebnf: str | None = None
 
@@ -262,6 +264,7 @@ class ChatCompletionRequest(_Sampling):
     response_format: ResponseFormat | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    continue_final_message: bool = Field(default=False, description="Continue a last assistant message (SGLang).")
 
     def tool_dicts(self) -> list[dict] | None:
         return [tool.model_dump(exclude_none=True) for tool in self.tools] if self.tools else None

@@ -4,14 +4,15 @@ A field asks for something only through its value: what SDKs send by default (fa
 empty map, `response_format: {"type": "text"}`) always passes, so clients that fill in every field
 keep working. Nothing is dropped silently: a feature is either carried to the engine or refused. The
 sampling controls (temperature, top_p, top_k, min_p, the frequency, presence and repetition penalties,
-logit_bias, min_tokens, ignore_eos, stop_token_ids) and the stop controls (stop, stop_regex, no_stop_trim) are
-carried to every pool.
+logit_bias, min_tokens, ignore_eos, stop_token_ids), the stop controls (stop, stop_regex, no_stop_trim),
+skip_special_tokens and chat's continue_final_message are carried to every pool.
 
 Rules, checked in this order; the first that applies refuses with 400, param = the field, code
 `unsupported_parameter` unless named otherwise:
   logprobs            chat: `logprobs` true or `top_logprobs` > 0; completions: `logprobs` set. Refused
                       on every pool: answers carry no log-probabilities.
   echo/best_of/suffix completions: `echo` true, `best_of` > 1, `suffix` non-empty. Refused on every pool.
+  chat fields         completions: `continue_final_message` true is refused (a chat field).
   response_format     completions: refused (a chat field). Chat, any type but "text": sglang pools only
                       (SGLang constrains decoding with its grammar backend).
   min_tokens          above the max tokens asked for: refused on every pool (code invalid_value), as SGLang's
@@ -42,7 +43,6 @@ FULL_FEATURE_ENGINES = frozenset({"sglang"})
 # SGLang 0.5.23's request fields (ChatCompletionRequest, CompletionRequest) that no pool here carries, each with
 # SGLang's default: the value a client may send and still pass (rule `sglang fields`).
 SGLANG_FIELDS_REFUSED = {
-    "continue_final_message": False, "skip_special_tokens": True,
     "separate_reasoning": True, "stream_reasoning": True, "json_schema": None, "lora_path": None,
     "session_id": None, "session_params": None, "custom_logit_processor": None, "custom_params": None,
     "watermark": None, "cache_salt": None, "input_ids": None, "thinking": None, "task": None,
@@ -94,6 +94,9 @@ def refusal(parsed: ChatCompletionRequest | CompletionRequest, pool: str, engine
         found = check(parsed, chat)
         if found is not None:
             return found
+    if not chat and (parsed.model_extra or {}).get("continue_final_message", False) is not False:
+        return Refusal("continue_final_message", "`continue_final_message` is a chat field: send the conversation, "
+                       "its last message the assistant's to continue, to /v1/chat/completions")  # fmt: skip
     if not chat and parsed.response_format is not None:
         return Refusal("response_format", "`response_format` is a chat field: send the request to /v1/chat/completions")
     if chat and parsed.response_format is not None and parsed.response_format.type != "text" and not full:

@@ -236,6 +236,38 @@ def test_a_stop_pattern_ends_the_answer_at_the_token_that_completes_it_speculati
         assert text == plain_text[: plain_text.index("return a + b") + len("return a + b")], speculative
 
 
+def test_special_tokens_are_text_with_skip_special_tokens_false(loaded):
+    _, finished, plain = greedy_ids(loaded, PROMPTS[0])
+    assert finished == "stop"  # the control: EOS ends it
+    _, _, kept = greedy_ids(loaded, PROMPTS[0], no_stop_trim=True)
+    assert kept == plain  # the EOS is kept, but it has no text while special tokens are skipped
+    _, _, shown = greedy_ids(loaded, PROMPTS[0], no_stop_trim=True, skip_special_tokens=False)
+    assert shown == plain + "<|im_end|>"
+
+
+def test_continue_final_message_continues_the_assistants_text(loaded):
+    from ray_dspine.engines.embedded.prompt import render_prompt
+    from ray_dspine.engines.embedded.sequence import run_step
+    from ray_dspine.engines.embedded.sequence_setup import make_sequence
+
+    _, _, plain = greedy_ids(loaded, PROMPTS[1], max_tokens=32)
+    begun = plain[: plain.index("return") + len("return")]  # its own greedy answer, up to a whole token
+    messages = [ChatMessage(role="user", content=PROMPTS[1]), ChatMessage(role="assistant", content=begun)]
+    req = GenerateRequest(request_id="c", max_tokens=12, temperature=0.0, messages=messages,
+                          continue_final_message=True)  # fmt: skip
+    prompt = render_prompt(loaded.tokenizer, req)
+    assert loaded.tokenizer.decode(prompt).endswith("<|im_start|>assistant\n" + begun)
+    config = EmbeddedEngineConfig(dtype="fp32", speculative=False)
+    seq = make_sequence(config, loaded, req, prompt, drafter_enabled=False)
+    answer = ""
+    while seq.finished is None:
+        answer += run_step(seq, loaded.model, 512, False).text
+    # the answer is the continuation alone, and greedy decoding goes on as it did after those tokens
+    assert answer and plain.startswith(begun + answer)
+    new_turn = render_prompt(loaded.tokenizer, req.model_copy(update={"continue_final_message": False}))
+    assert loaded.tokenizer.decode(new_turn).endswith(begun + "<|im_end|>\n<|im_start|>assistant\n")
+
+
 def test_sampling_fields_left_out_take_openais_defaults(loaded):
     from ray_dspine.engines.embedded.sequence_setup import make_sequence
 

@@ -21,7 +21,7 @@ FIELDS = ["model", "messages", "prompt", "max_tokens", "max_completion_tokens", 
           "tools", "tool_choice", "parallel_tool_calls", "response_format", "logprobs", "top_logprobs", "echo",
           "best_of", "suffix", "reasoning_effort", "reasoning", "chat_template_kwargs", "top_k", "min_p",
           "repetition_penalty", "min_tokens", "ignore_eos", "stop_token_ids", "regex", "ebnf", "stop_regex",
-          "no_stop_trim", "skip_special_tokens"]
+          "no_stop_trim", "skip_special_tokens", "continue_final_message"]
 SURROGATE_TEXT = st.one_of(st.text(max_size=20), st.sampled_from(["\ud800", "a\udfffb", "\ud83d\ude00", "\x00"]))
 SCALARS = st.one_of(
     st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),

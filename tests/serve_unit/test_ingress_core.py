@@ -110,6 +110,7 @@ def test_sampling_fields_left_out_stay_unset_and_sglangs_own_fields_are_carried(
     assert (typed.temperature, typed.top_p, typed.top_k, typed.min_p, typed.repetition_penalty) == (None,) * 5
     asked = {"temperature": 0.6, "top_p": 0.95, "top_k": 20, "min_p": 0.05, "repetition_penalty": 1.05,
              "min_tokens": 4, "ignore_eos": True, "stop_token_ids": [151645], "stop_regex": ["END$"],
-             "no_stop_trim": True, "regex": "[a-z]+", "max_tokens": 64}
+             "no_stop_trim": True, "skip_special_tokens": False, "continue_final_message": True, "regex": "[a-z]+",
+             "max_tokens": 64}
     typed, _ = ingress.build_request({**base, **asked}, request(), chat=True)
     assert {name: getattr(typed, name) for name in asked} == asked

@@ -117,10 +117,15 @@ def test_rule_grammar_regex_and_ebnf_only_on_sglang_pools_and_one_constraint():
 
 def test_rule_sglang_fields_not_carried_are_refused_unless_at_sglangs_default():
     for engine in ("embedded", "sglang"):
-        assert refused(chat(continue_final_message=True), engine) == ("continue_final_message",
-                                                                     "unsupported_parameter")
-        assert refused(chat(stop_regex="END$", no_stop_trim=True), engine) is None  # carried to every pool
-        assert refused(chat(skip_special_tokens=False), engine) == ("skip_special_tokens", "unsupported_parameter")
+        assert refused(chat(separate_reasoning=False), engine) == ("separate_reasoning", "unsupported_parameter")
+        # carried to every pool
+        assert refused(chat(stop_regex="END$", no_stop_trim=True, skip_special_tokens=False), engine) is None
+        assert refused(chat(continue_final_message=True), engine) is None
+        assert refused(completion(skip_special_tokens=False), engine) is None
+        # a chat field sent to completions
+        assert refused(completion(continue_final_message=True), engine) == ("continue_final_message",
+                                                                           "unsupported_parameter")
+        assert refused(completion(continue_final_message=False), engine) is None
         assert refused(completion(json_schema='{"type": "object"}'), engine)[0] == "json_schema"
         assert refused(chat(session_id="s1"), engine)[0] == "session_id"
     # SGLang's defaults, and fields that change no answer here, pass

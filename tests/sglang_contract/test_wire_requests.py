@@ -201,12 +201,14 @@ def test_sglangs_own_sampling_fields_reach_its_sampling_params_and_pass_its_veri
     source = dict(messages=[ChatMessage(role="user", content="q")]) if chat else dict(prompt="q")
     request = GenerateRequest(request_id="x1", max_tokens=32, temperature=0.7, top_p=0.8, top_k=20, min_p=0.05,
                               repetition_penalty=1.05, min_tokens=4, ignore_eos=True, stop_token_ids=[151645],
-                              stop_regex=[r"\d{3}$"], no_stop_trim=True, regex="[a-z ]+", **source)  # fmt: skip
+                              stop_regex=[r"\d{3}$"], no_stop_trim=True, skip_special_tokens=False,
+                              continue_final_message=chat, regex="[a-z ]+", **source)  # fmt: skip
     payload = build_payload(request, MODEL)
     expected = {"top_k": 20, "min_p": 0.05, "repetition_penalty": 1.05, "min_tokens": 4, "ignore_eos": True,
                 "stop_token_ids": [151645], "stop_regex": [r"\d{3}$"], "no_stop_trim": True,
-                "regex": "[a-z ]+"}  # fmt: skip
+                "skip_special_tokens": False, "regex": "[a-z ]+"}  # fmt: skip
     assert {key: payload[key] for key in expected} == expected
+    assert payload.get("continue_final_message") is (True if chat else None)  # a chat field
     assert unknown_keys(_sglang_class(payload), payload) == []
     sglang = _sglang_class(payload).model_validate(payload)
     if chat:
@@ -218,10 +220,10 @@ def test_sglangs_own_sampling_fields_reach_its_sampling_params_and_pass_its_veri
         params = OpenAIServingCompletion._build_sampling_params(None, sglang)
     assert {key: params[key] for key in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty",
                                          "min_new_tokens", "ignore_eos", "stop_token_ids", "stop_regex",
-                                         "no_stop_trim", "regex")} == {
+                                         "no_stop_trim", "skip_special_tokens", "regex")} == {
         "temperature": 0.7, "top_p": 0.8, "top_k": 20, "min_p": 0.05, "repetition_penalty": 1.05,
         "min_new_tokens": 4, "ignore_eos": True, "stop_token_ids": [151645], "stop_regex": [r"\d{3}$"],
-        "no_stop_trim": True, "regex": "[a-z ]+"}  # fmt: skip
+        "no_stop_trim": True, "skip_special_tokens": False, "regex": "[a-z ]+"}  # fmt: skip
     accepted = {key: value for key, value in params.items() if key in SamplingParams.__struct_fields__}
     SamplingParams(**accepted).verify(vocab_size=151_936)  # SGLang's own range checks pass
 

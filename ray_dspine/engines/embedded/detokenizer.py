@@ -37,9 +37,13 @@ STOP_SEARCH_BUDGET_S = 0.1  # rule `budget`
 
 
 class IncrementalDetokenizer:
-    def __init__(self, tokenizer, stop: list[str], stop_regex: list[str] = (), keep_stop: bool = False):
-        """`stop_regex` must compile (the ingress checks it, as SGLang does): regex.error otherwise."""
+    def __init__(
+        self, tokenizer, stop: list[str], stop_regex: list[str] = (), keep_stop: bool = False, skip_special: bool = True
+    ):
+        """`stop_regex` must compile (the ingress checks it, as SGLang does): regex.error otherwise.
+        `skip_special` False: special tokens decode to their text (SGLang's skip_special_tokens)."""
         self._tokenizer = tokenizer
+        self._skip_special = skip_special
         self._stop = [s for s in stop if s]
         self._patterns = [regex.compile(p, regex.VERSION0) for p in stop_regex]
         self._keep = keep_stop
@@ -79,7 +83,7 @@ class IncrementalDetokenizer:
         return delta
 
     def _decode(self, n: int) -> str:
-        return self._tokenizer.decode(self._ids[:n], skip_special_tokens=True)
+        return self._tokenizer.decode(self._ids[:n], skip_special_tokens=self._skip_special)
 
     def _stop_at(self, before: int, whole: str) -> tuple[int, str] | None:
         """(n, the text to end with) for the first prefix ids[:n], n > before, that holds a stop (rule `stop

@@ -3,6 +3,13 @@
 Tool-call turns are flattened to text the template can render: an assistant message's `tool_calls`
 are appended as JSON lines, a `tool` message keeps its role and content. Raw completions are
 tokenized as given, without special tokens.
+
+Rule `continue` (SGLang 0.5.23's serving_chat: `_handle_last_assistant_message`, then
+`_append_assistant_prefix_to_prompt_ids`): with `continue_final_message` and a last message from the
+assistant with text content, that message is taken out, the rest is rendered with the generation prompt as
+usual, and its text is tokenized on its own and appended (less a leading BOS), so the answer continues it;
+the answer holds the continuation only. Without the flag, or when the last message is not the assistant's,
+the prompt is rendered as usual.
 """
 
 from __future__ import annotations
@@ -24,6 +31,14 @@ def message_text(message) -> str:
 def render_prompt(tokenizer, request: GenerateRequest) -> list[int]:
     if request.messages is None:
         return tokenizer.encode(request.prompt or "", add_special_tokens=False)
-    messages = [{"role": m.role, "content": message_text(m)} for m in request.messages]
-    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    return tokenizer.encode(text, add_special_tokens=False)
+    messages, prefix = request.messages, None
+    if request.continue_final_message and messages[-1].role == "assistant" and messages[-1].content is not None:
+        messages, prefix = messages[:-1], messages[-1].content
+    rendered = [{"role": m.role, "content": message_text(m)} for m in messages]
+    text = tokenizer.apply_chat_template(rendered, add_generation_prompt=True, tokenize=False)
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    if prefix is None:
+        return ids
+    appended = tokenizer.encode(prefix)
+    bos = getattr(tokenizer, "bos_token_id", None)
+    return ids + (appended[1:] if appended and appended[0] == bos else appended)

@@ -17,10 +17,11 @@ CPU model a 9-token verify block behind 3,000 cached tokens took 90.4 ms instead
 fp32, docs/results/embedded-engine.md). A one-token step (no draft) and prefill chunks keep the model's
 own forward: no copy is made for one token, and a chunk gains nothing measurable.
 Rule `end tokens` (SGLang's): the end tokens are EOS and the request's stop_token_ids. The first one emitted
-finishes the request ("stop") and is not shown (with no_stop_trim it is, as text if it has any); with
-ignore_eos none does. A stop string or stop pattern ends the request at the token that completes it, later
-tokens of its step dropped (detokenizer.py). While fewer than min_tokens tokens are out, every logits row for
-a position below min_tokens has the end tokens at -inf, so none is chosen there.
+finishes the request ("stop") and is not shown (with no_stop_trim it is, as text if it has any: special
+tokens have text only with skip_special_tokens false); with ignore_eos none does. A stop string or stop
+pattern ends the request at the token that completes it, later tokens of its step dropped (detokenizer.py).
+While fewer than min_tokens tokens are out, every logits row for a position below min_tokens has the end
+tokens at -inf, so none is chosen there.
 Under `row_exact` (batch.py rule `row exact`) a draft is cut to ROW_EXACT_MAX_ROWS - 1 tokens and its
 block's attention runs one query row at a time, so every row's logits are a one-token step's bits.
 """
@@ -83,6 +84,7 @@ class Sequence:
     ignore_eos: bool = False
     stop_token_ids: frozenset[int] = frozenset()
     no_stop_trim: bool = False  # rule `end tokens`; detokenizer.py rule `cut`
+    skip_special_tokens: bool = True  # rule `end tokens`
     frequency_penalty: float = 0.0  # speculative.py rule `penalties`
     presence_penalty: float = 0.0
     repetition_penalty: float = 1.0
@@ -294,7 +296,8 @@ def _emit(seq: Sequence, tokens: list[int]) -> StepOutput:
     tokens = tokens[: seq.remaining]
     if seq.finished is None and len(tokens) >= seq.remaining:
         seq.finished = "length"
-    shown = [i for i, token in enumerate(tokens) if token not in seq.eos_token_ids]  # an EOS is never text
+    # an EOS is text only with skip_special_tokens false (under ignore_eos), as SGLang decodes it
+    shown = [i for i, token in enumerate(tokens) if token not in seq.eos_token_ids or not seq.skip_special_tokens]
     if seq.finished == "stop":  # the matched end token is not shown, as SGLang trims it, but with no_stop_trim
         shown = [i for i in shown if i < len(tokens) - 1] + ([len(tokens) - 1] if seq.no_stop_trim else [])
     text = seq.detokenizer.push([tokens[i] for i in shown], final=seq.finished is not None)

@@ -83,6 +83,7 @@ def make_sequence(
         ignore_eos=request.ignore_eos,
         stop_token_ids=frozenset(request.stop_token_ids),
         no_stop_trim=request.no_stop_trim,
+        skip_special_tokens=request.skip_special_tokens,
         frequency_penalty=request.frequency_penalty,
         presence_penalty=request.presence_penalty,
         repetition_penalty=1.0 if request.repetition_penalty is None else request.repetition_penalty,
@@ -129,7 +130,9 @@ def _detokenizer(tokenizer, request: GenerateRequest) -> IncrementalDetokenizer:
     import regex
 
     try:
-        return IncrementalDetokenizer(tokenizer, request.stop, request.stop_regex, request.no_stop_trim)
+        return IncrementalDetokenizer(
+            tokenizer, request.stop, request.stop_regex, request.no_stop_trim, request.skip_special_tokens
+        )
     except regex.error as exc:
         raise EngineError(f"stop_regex: a pattern does not compile ({exc})", status=400, param="stop_regex",
                           code="invalid_value") from exc  # fmt: skip

@@ -9,8 +9,9 @@ turns into `chat_template_kwargs` thinking = enable_thinking = true and also han
 SGLang picks them (a chat request takes the model's generation_config under SGLang's default
 `--sampling-defaults model`; a completion request OpenAI's defaults). `frequency_penalty`, `presence_penalty`
 (when non-zero), `logit_bias`, `stop_token_ids`, `stop_regex`, `regex`, `ebnf` (when set), `min_tokens` (when
-above 0), `ignore_eos` and `no_stop_trim` (when true) go to both endpoints; `tools` with `tool_choice` and
-`parallel_tool_calls` (when set), and `response_format`, to chat only.
+above 0), `ignore_eos` and `no_stop_trim` (when true) and `skip_special_tokens` (when false) go to both
+endpoints; `tools` with `tool_choice` and `parallel_tool_calls` (when set), `response_format` and
+`continue_final_message` (when true), to chat only.
 
 Facts this rests on (SGLang 0.5.23's installed `sglang/srt/entrypoints/openai/`, checked by
 tests/sglang_contract/test_wire_requests.py): every key sent is a field of ChatCompletionRequest /
@@ -121,10 +122,14 @@ def build_payload(request: GenerateRequest, model: str) -> dict[str, Any]:
     for name in ("min_tokens", "ignore_eos", "stop_token_ids", "stop_regex", "no_stop_trim", "regex", "ebnf"):
         if getattr(request, name):
             payload[name] = getattr(request, name)
+    if not request.skip_special_tokens:
+        payload["skip_special_tokens"] = False
     if request.messages is None:
         payload["prompt"] = request.prompt or ""
         return payload
     payload["messages"] = [_message(message) for message in request.messages]
+    if request.continue_final_message:
+        payload["continue_final_message"] = True
     if request.tools:
         payload["tools"] = [_tool(tool) for tool in request.tools]
         if request.tool_choice is not None:
