@@ -23,7 +23,7 @@ import pytest
 
 from ray_dspine.engines.embedded.prompt import message_text, render_prompt
 from ray_dspine.engines.module_stand_ins import install_module_stand_ins
-from ray_dspine.engines.protocol import ChatMessage, GenerateRequest
+from ray_dspine.engines.protocol import ChatMessage, EngineError, GenerateRequest
 
 BOS = 94
 
@@ -90,6 +90,13 @@ def sglangs(pairs, flag: bool) -> list[int]:
 def test_the_prompt_is_as_worked_out_by_hand(name):
     pairs, flag, text = CASES[name]
     assert ours(pairs, flag) == ids(text)
+
+
+def test_an_assistant_message_alone_is_a_400_naming_messages():
+    with pytest.raises(EngineError, match="send at least one message before it") as refused:
+        ours([("assistant", "Sure")], True)
+    assert (refused.value.status, refused.value.param) == (400, "messages")
+    assert ours([("assistant", "Sure")], False) == ids("assistant: Sure|assistant: ")
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -9,14 +9,15 @@ Rule `continue` (SGLang 0.5.23's serving_chat: `_handle_last_assistant_message`,
 assistant with text content, that message is taken out, the rest is rendered with the generation prompt as
 usual, and its text is tokenized on its own and appended (less a leading BOS), so the answer continues it;
 the answer holds the continuation only. Without the flag, or when the last message is not the assistant's,
-the prompt is rendered as usual.
+the prompt is rendered as usual. An assistant message alone leaves nothing to render: a 400 naming `messages`
+(SGLang answers the chat template's error with a 400 too).
 """
 
 from __future__ import annotations
 
 import json
 
-from ..protocol import GenerateRequest
+from ..protocol import EngineError, GenerateRequest
 
 
 def message_text(message) -> str:
@@ -34,6 +35,10 @@ def render_prompt(tokenizer, request: GenerateRequest) -> list[int]:
     messages, prefix = request.messages, None
     if request.continue_final_message and messages[-1].role == "assistant" and messages[-1].content is not None:
         messages, prefix = messages[:-1], messages[-1].content
+        if not messages:
+            raise EngineError("continue_final_message continues the last assistant message after the conversation "
+                              "before it; send at least one message before it", status=400, param="messages",
+                              code="invalid_value")  # fmt: skip
     rendered = [{"role": m.role, "content": message_text(m)} for m in messages]
     text = tokenizer.apply_chat_template(rendered, add_generation_prompt=True, tokenize=False)
     ids = tokenizer.encode(text, add_special_tokens=False)
