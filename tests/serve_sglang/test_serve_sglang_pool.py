@@ -125,6 +125,22 @@ def test_reasoning_comes_back_apart_from_content(sglang_app):
     assert answer.usage.model_extra["path"] == "speculative"
 
 
+def test_stop_controls_and_a_continued_message_reach_sglangs_scheduler(sglang_app):
+    url, events = sglang_app
+    messages = [{"role": "user", "content": "fix the test"}, {"role": "assistant", "content": "I will first"}]
+    body = {"model": MODEL, "messages": messages, "max_tokens": 4, "stop_regex": ["t9$"], "no_stop_trim": True,
+            "skip_special_tokens": False, "continue_final_message": True}  # fmt: skip
+    answer = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=60)
+    assert answer.status_code == 200, answer.text
+    dispatched = [e for e in map(json.loads, events.read_text().splitlines()) if e["event"] == "dispatch"][-1]
+    # SGLang's own OpenAI layer normalized the fields into its SamplingParams ...
+    assert (dispatched["stop_regex_strs"], dispatched["no_stop_trim"], dispatched["skip_special_tokens"]) == (
+        ["t9$"], True, False)  # fmt: skip
+    # ... and continued the assistant's message: the generation prompt (thinking closed), then its text
+    assert dispatched["prompt_tail"].endswith(
+        "<|im_start|>user\nfix the test<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nI will first")
+
+
 def test_json_schema_and_penalties_reach_sglang(sglang_app):
     url, events = sglang_app
     schema = {"type": "json_schema", "json_schema": {"name": "plan", "schema": {"type": "object"}}}

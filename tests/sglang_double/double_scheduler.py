@@ -26,6 +26,10 @@ Rules:
              most prompt - 1 (the last prompt token is always computed); the store is not counted in `kv`.
   health     a /health(_generate) request that arrives while other requests run is not run: it is answered at
              once, as the scheduler answers it with a HealthCheckOutput when it is not idle.
+  dispatch   each request dispatched records an event with what SGLang's OpenAI layer and tokenizer manager made
+             of it: the last 200 characters of its prompt (special tokens kept) and its normalized
+             SamplingParams' stop controls (stop_strs, stop_regex_strs, no_stop_trim, skip_special_tokens).
+             Only stop_strs act on the double's answer (double_model.py rule `stop`).
   abort      an AbortReq whose rid prefixes a running request's rid ends it at its next step with
              FINISH_ABORT (no status code: a client abort, so the OpenAI layer finishes with "abort").
   loads      LoadSnapshot: num_running_reqs, num_waiting_reqs 0, num_used_tokens = num_total_tokens =
@@ -125,6 +129,9 @@ class SchedulerDouble:
         self._changed()
         params = obj.sampling_params
         prompt = self.tokenizer.decode(prompt_ids, skip_special_tokens=False)
+        event(event="dispatch", rid=obj.rid, prompt_tail=prompt[-200:], stop_strs=list(params.stop_strs or []),
+              stop_regex_strs=list(params.stop_regex_strs or []), no_stop_trim=params.no_stop_trim,
+              skip_special_tokens=params.skip_special_tokens)  # fmt: skip
         limit = params.max_new_tokens if params.max_new_tokens is not None else 128
         pieces = plan(prompt, limit)
         stops = list(params.stop_strs or [])
