@@ -118,6 +118,11 @@ class Chunk(BaseModel):
     )
     num_tokens: int = Field(default=0, description="Tokens this chunk carries.")
     finish_reason: FinishReason | None = None
+    matched_stop: int | str | None = Field(
+        default=None,
+        description="With finish_reason 'stop' (or 'tool_calls'): what ended the request, as SGLang's matched_stop: "
+        "the stop string, the stop_regex pattern, or the end token's id (EOS or one of stop_token_ids).",
+    )
     usage: Usage | None = None
     error: str | None = Field(default=None, description="Set on a refused or failed request.")
     error_status: int | None = Field(default=None, description="HTTP status for the error (4xx refused, 5xx failed).")

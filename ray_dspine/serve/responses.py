@@ -3,7 +3,9 @@
 Endings, for a stream that has started (its first chunk reached the ingress):
   normal     the chunks' events, the usage event when asked for, then `data: [DONE]`. A chat stream's first
              event names the role (`"role": "assistant"` in its delta) and later deltas do not, as OpenAI's
-             API and SGLang's serving layer send them.
+             API and SGLang's serving layer send them. The choice that carries the finish reason carries
+             `matched_stop` too (SGLang's field: the stop string, stop_regex pattern or end token id that
+             ended the request; null when none did).
   error      whatever stops the stream early ends it with three events, never a silent cut:
              `data: {"error": {...}}` naming the cause, a terminal chunk whose finish_reason is "error",
              then `data: [DONE]`. Causes: an error chunk from the replica (its status); the request's
@@ -127,8 +129,10 @@ def usage_dict(usage: Usage | None) -> dict | None:
 
 def _choice(
     chat: bool, text: str, finish: str | None, stream: bool, tool_calls: list[dict] | None = None, reasoning: str = "",
-    role: bool = True,
+    role: bool = True, matched_stop: int | str | None = None,
 ) -> dict:
+    """One choice; a finishing one names its `matched_stop` too (null unless a stop ended it), as SGLang's does."""
+    ending = {} if finish is None else {"matched_stop": matched_stop}
     if chat:
         key = "delta" if stream else "message"
         # A turn (or delta) that only reasons or calls tools has no content: null, as OpenAI-style servers send it.
@@ -138,8 +142,8 @@ def _choice(
             body["reasoning_content"] = reasoning  # SGLang's and vLLM's field for a reasoning parser's output
         if tool_calls:
             body["tool_calls"] = tool_calls
-        return {"index": 0, key: body, "finish_reason": finish, "logprobs": None}
-    return {"index": 0, "text": text, "finish_reason": finish, "logprobs": None}
+        return {"index": 0, key: body, "finish_reason": finish, **ending, "logprobs": None}
+    return {"index": 0, "text": text, "finish_reason": finish, **ending, "logprobs": None}
 
 
 def _object(chat: bool, stream: bool) -> str:
@@ -183,7 +187,8 @@ async def sse_events(
                 completion_tokens += chunk.num_tokens
                 finish = _openai_finish(chunk.finish_reason)
                 if chunk.text or chunk.reasoning or chunk.tool_calls or finish is not None:
-                    choice = _choice(chat, chunk.text, finish, True, chunk.tool_calls, chunk.reasoning, not role_named)
+                    choice = _choice(chat, chunk.text, finish, True, chunk.tool_calls, chunk.reasoning, not role_named,
+                                     chunk.matched_stop)
                     role_named = True
                     event = {**base, "choices": [choice]}
                     if continuous:
@@ -285,6 +290,7 @@ async def collect(
         "object": _object(chat, False),
         "created": int(time.time()),
         "model": model,
-        "choices": [_choice(chat, "".join(parts), _openai_finish(chunk.finish_reason), False, calls, "".join(thoughts))],
+        "choices": [_choice(chat, "".join(parts), _openai_finish(chunk.finish_reason), False, calls, "".join(thoughts),
+                            matched_stop=chunk.matched_stop)],
         "usage": usage_dict(chunk.usage),
     }

@@ -10,8 +10,8 @@ Rules, for an interval T > 0 seconds over one request's stream of chunks:
   first    the first flush happens as soon as the first chunk arrives (TTFT is untouched); it passes on
            what has arrived by then, normally that one chunk.
   merge    after it, the chunks that arrive within each interval T pass on as one at the interval's end:
-           text, reasoning and tool-call deltas joined in order, tokens summed, the finish reason and
-           usage of the last, and the stamps (replica, decode path, replica seconds) of the first. An
+           text, reasoning and tool-call deltas joined in order, tokens summed, the finish reason,
+           matched stop and usage of the last, and the stamps (replica, decode path, replica seconds) of the first. An
            interval in which nothing arrives passes nothing on.
   error    a chunk with an error is never merged: the chunks before it pass on first, then it alone.
   end      when the stream ends, what is pending passes on at once, without waiting out the interval;
@@ -61,6 +61,7 @@ def _merged(run: list[Chunk]) -> Chunk:
         tool_calls=calls or None,
         num_tokens=sum(chunk.num_tokens for chunk in run),
         finish_reason=last.finish_reason,
+        matched_stop=last.matched_stop,
         usage=last.usage,
         replica=head.replica,
         path=head.path,

@@ -74,6 +74,35 @@ def test_rule_cut_a_pattern_keeps_its_match_unless_its_own_text_is_there():
     assert d.push(ids("xAByy")) == "xA" and d.kept == 3  # the stop string beats the pattern at the same token
 
 
+class PairTokenizer(CharTokenizer):
+    """As CharTokenizer, but id 1000 decodes to the two characters "ab"."""
+
+    def decode(self, ids, skip_special_tokens=True):
+        return "".join("ab" if i == 1000 else super(PairTokenizer, self).decode([i]) for i in ids)
+
+
+def test_rule_cut_two_stop_strings_at_the_same_place_go_by_the_requests_order():
+    # one token completes both "ab" and "a", each starting at 0: the request's first listed wins
+    for stop in (["ab", "a"], ["a", "ab"]):
+        d = IncrementalDetokenizer(PairTokenizer(), stop=stop, keep_stop=True)
+        assert d.push([1000, ord("c")]) == stop[0] and d.kept == 1 and d.matched == stop[0]
+
+
+def test_rule_matched_names_the_stop_string_or_the_pattern():
+    d = IncrementalDetokenizer(CharTokenizer(), stop=["yy", "x"])
+    d.push(ids("axbyy"))
+    assert d.matched == "x"  # the stop it is cut at, not the first listed
+    d = IncrementalDetokenizer(CharTokenizer(), stop=["B"], stop_regex=["AB", r"\d"])
+    d.push(ids("xA9"))
+    assert d.matched == r"\d"  # no stop string in the text: the pattern as given
+    d = IncrementalDetokenizer(CharTokenizer(), stop=["B"], stop_regex=["AB"])
+    d.push(ids("xAByy"))
+    assert d.matched == "B"  # the stop string beats the pattern at the same token
+    d = IncrementalDetokenizer(CharTokenizer(), stop=["Q"])
+    d.push(ids("abc"), final=True)
+    assert d.matched is None and not d.stopped
+
+
 def test_rule_budget_a_pattern_that_backtracks_without_end_ends_with_an_error_naming_it():
     d = IncrementalDetokenizer(CharTokenizer(), stop=[], stop_regex=["x", r"(a|aa)+\d"])
     # Python's re took 0.85 s on 32 a's and a "b" (MEASURED), 2.6 times longer with every 2 more a's

@@ -173,8 +173,8 @@ def test_greedy_multi_turn_identical_with_and_without_prefix_reuse(loaded):
     assert second_on[1].usage.cached_prompt_tokens >= (first_on[1].usage.prompt_tokens // 16) * 16
 
 
-def greedy_ids(loaded, text, max_tokens=24, speculative=False, **fields):
-    """A greedy request decoded step by step alone: its output token ids and finish reason."""
+def greedy_run(loaded, text, max_tokens=24, speculative=False, **fields):
+    """A greedy request decoded step by step alone: its finished Sequence and its text."""
     from ray_dspine.engines.embedded.prompt import render_prompt
     from ray_dspine.engines.embedded.sequence import run_step
     from ray_dspine.engines.embedded.sequence_setup import make_sequence
@@ -185,14 +185,22 @@ def greedy_ids(loaded, text, max_tokens=24, speculative=False, **fields):
     text_out = ""
     while seq.finished is None:
         text_out += run_step(seq, loaded.model, 512, speculative).text
+    return seq, text_out
+
+
+def greedy_ids(loaded, text, max_tokens=24, speculative=False, **fields):
+    """Its output token ids, finish reason and text."""
+    seq, text_out = greedy_run(loaded, text, max_tokens, speculative, **fields)
     return seq.output_ids, seq.finished, text_out
 
 
 def test_end_tokens_eos_ends_the_request_unless_ignore_eos(loaded):
-    ids, finished, _ = greedy_ids(loaded, PROMPTS[0])
-    assert finished == "stop" and ids[-1] in loaded.eos_token_ids and len(ids) < 24  # the control: EOS ends it
-    ids, finished, _ = greedy_ids(loaded, PROMPTS[0], ignore_eos=True)
-    assert finished == "length" and len(ids) == 24
+    seq, _ = greedy_run(loaded, PROMPTS[0])
+    ids = seq.output_ids
+    assert seq.finished == "stop" and ids[-1] in loaded.eos_token_ids and len(ids) < 24  # the control: EOS ends it
+    assert seq.matched_stop == ids[-1]  # SGLang's matched_stop: the end token's id
+    seq, _ = greedy_run(loaded, PROMPTS[0], ignore_eos=True)
+    assert (seq.finished, len(seq.output_ids), seq.matched_stop) == ("length", 24, None)
 
 
 def test_end_tokens_min_tokens_masks_eos_until_reached(loaded):
@@ -211,8 +219,8 @@ def test_end_tokens_a_stop_token_id_ends_the_request_and_is_not_shown(loaded):
     plain, _, _ = greedy_ids(loaded, PROMPTS[0])
     # the first token of the answer that did not come before it: the request ends on it
     at = next(i for i in range(2, len(plain)) if plain[i] not in plain[:i] and plain[i] not in loaded.eos_token_ids)
-    ids, finished, text = greedy_ids(loaded, PROMPTS[0], stop_token_ids=[plain[at]])
-    assert finished == "stop" and ids == plain[: at + 1]
+    seq, text = greedy_run(loaded, PROMPTS[0], stop_token_ids=[plain[at]])
+    assert (seq.finished, seq.output_ids, seq.matched_stop) == ("stop", plain[: at + 1], plain[at])
     assert text == loaded.tokenizer.decode(plain[:at])
     ids, finished, _ = greedy_ids(loaded, PROMPTS[0], stop_token_ids=[plain[at]], ignore_eos=True)
     assert finished == "length" and len(ids) == 24  # ignore_eos: no token ends it, as in SGLang
@@ -227,13 +235,13 @@ def test_a_stop_pattern_ends_the_answer_at_the_token_that_completes_it_speculati
     expected = loaded.tokenizer.decode(plain[:at], skip_special_tokens=True)
     assert re.search(pattern, expected) and at < len(plain) - 4  # the control: the answer goes on after it
     for speculative in (False, True):
-        ids, finished, text = greedy_ids(loaded, PROMPTS[1], max_tokens=40, speculative=speculative,
-                                         stop_regex=[pattern])  # fmt: skip
-        assert (ids, finished, text) == (plain[:at], "stop", expected), speculative
+        seq, text = greedy_run(loaded, PROMPTS[1], max_tokens=40, speculative=speculative, stop_regex=[pattern])
+        assert (seq.output_ids, seq.finished, text, seq.matched_stop) == (plain[:at], "stop", expected, pattern)
         # a stop string kept with no_stop_trim ends in the same place, its text included
-        ids, _, text = greedy_ids(loaded, PROMPTS[1], max_tokens=40, speculative=speculative,
-                                  stop=["return a + b"], no_stop_trim=True)  # fmt: skip
+        seq, text = greedy_run(loaded, PROMPTS[1], max_tokens=40, speculative=speculative,
+                               stop=["return a + b"], no_stop_trim=True)  # fmt: skip
         assert text == plain_text[: plain_text.index("return a + b") + len("return a + b")], speculative
+        assert seq.matched_stop == "return a + b"
 
 
 def test_special_tokens_are_text_with_skip_special_tokens_false(loaded):

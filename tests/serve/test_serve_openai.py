@@ -77,6 +77,9 @@ def test_stop_regex_and_no_stop_trim_end_the_answer_on_both_pools(serve_url):
         # the pattern's match is kept, as SGLang keeps it; the stop string is kept, as no_stop_trim asks
         assert by_pattern.json()["choices"][0]["message"]["content"] == full[: full.index("a + b") + 5], pool
         assert kept.json()["choices"][0]["message"]["content"] == full[: full.index("return") + 6], pool
+        # SGLang's matched_stop names what ended each: the pattern as given, the stop string
+        assert by_pattern.json()["choices"][0]["matched_stop"] == r"a \+ b$", pool
+        assert kept.json()["choices"][0]["matched_stop"] == "return", pool
 
 
 def test_completions_endpoint(serve_url):

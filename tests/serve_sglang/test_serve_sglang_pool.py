@@ -141,6 +141,24 @@ def test_stop_controls_and_a_continued_message_reach_sglangs_scheduler(sglang_ap
         "<|im_start|>user\nfix the test<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nI will first")
 
 
+def test_what_ended_an_answer_comes_back_as_matched_stop(sglang_app):
+    url, _ = sglang_app
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "count"}], "max_tokens": 6}
+    stopped = httpx.post(f"{url}/v1/chat/completions", json={**body, "stop": ["t2"]}, timeout=60).json()
+    # the double writes "t0 t1 t2 ...": "t2" completes at the third token, and SGLang cuts the text before it
+    choice = stopped["choices"][0]
+    assert (choice["message"]["content"], choice["finish_reason"], choice["matched_stop"]) == ("t0 t1 ", "stop", "t2")
+    ran_out = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=60).json()["choices"][0]
+    assert (ran_out["finish_reason"], ran_out["matched_stop"]) == ("length", None)
+    # streamed, the choice that carries the finish reason carries it, and only that one
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json={**body, "stop": ["t2"], "stream": True},
+                      timeout=60) as response:  # fmt: skip
+        events = [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: {")]
+    choices = [choice for event in events for choice in event["choices"]]
+    assert [(c["finish_reason"], c["matched_stop"]) for c in choices if "matched_stop" in c] == [("stop", "t2")]
+    assert "".join(c["delta"].get("content") or "" for c in choices) == "t0 t1 "
+
+
 def test_json_schema_and_penalties_reach_sglang(sglang_app):
     url, events = sglang_app
     schema = {"type": "json_schema", "json_schema": {"name": "plan", "schema": {"type": "object"}}}

@@ -1,7 +1,9 @@
-"""How answers carry tool calls and reasoning (ray_dspine/serve/responses.py), from chunk streams."""
+"""How answers carry tool calls, reasoning and matched_stop (ray_dspine/serve/responses.py), from chunk streams."""
 
 import asyncio
 import json
+
+import pytest
 
 from ray_dspine.engines.protocol import Chunk, GenerateRequest, Usage
 from ray_dspine.serve import responses
@@ -47,14 +49,14 @@ CHUNKS = [
 REQUEST = GenerateRequest(request_id="chatcmpl-1", prompt="x", max_tokens=8)
 
 
-def collect(chunks, timer=None):
+def collect(chunks, timer=None, chat=True):
     timer = timer or Timer()
-    return asyncio.run(responses.collect(Stream(chunks[1:]), chunks[0], REQUEST, "m", True, timer, deadline=1e18))
+    return asyncio.run(responses.collect(Stream(chunks[1:]), chunks[0], REQUEST, "m", chat, timer, deadline=1e18))
 
 
-def stream_events(chunks):
+def stream_events(chunks, chat=True):
     async def events():
-        gen = responses.sse_events(Stream(chunks[1:]), chunks[0], REQUEST, "m", True, False, False, Timer(), 1e18)
+        gen = responses.sse_events(Stream(chunks[1:]), chunks[0], REQUEST, "m", chat, False, False, Timer(), 1e18)
         return [e async for e in gen]
 
     return [json.loads(e[len("data: "):]) for e in asyncio.run(events()) if e != "data: [DONE]\n\n"]
@@ -112,3 +114,33 @@ def test_a_stream_ending_in_an_error_names_the_role_only_if_no_delta_did():
     assert deltas == [{"role": "assistant", "content": "Hel"}, {"content": ""}]
     deltas = [e["choices"][0]["delta"] for e in stream_events([Chunk(error="boom", error_status=502)]) if e.get("choices")]
     assert deltas == [{"role": "assistant", "content": ""}]
+
+
+EOS = 151645  # Qwen's <|im_end|>
+
+
+def ending(finish, matched):
+    return [Chunk(text="a + b", num_tokens=3), Chunk(finish_reason=finish, matched_stop=matched, usage=Usage())]
+
+
+@pytest.mark.parametrize(
+    ("finish", "matched"), [("stop", "END"), ("stop", r"a \+ b$"), ("stop", EOS), ("tool_calls", EOS), ("length", None)]
+)
+def test_sglangs_own_response_classes_read_the_matched_stop_we_send(finish, matched):
+    # SGLang 0.5.23's field is Union[None, int, str]: a stop string or pattern stays a string, a token id an int
+    protocol = pytest.importorskip("sglang.srt.entrypoints.openai.protocol")
+    parsed = [protocol.ChatCompletionResponse.model_validate(collect(ending(finish, matched)))]
+    if finish != "tool_calls":  # a chat finish only
+        parsed.append(protocol.CompletionResponse.model_validate(collect(ending(finish, matched), chat=False)))
+    for choice in (body.choices[0] for body in parsed):
+        assert (choice.finish_reason, choice.matched_stop, type(choice.matched_stop)) == (
+            finish, matched, type(matched))  # fmt: skip
+
+
+def test_a_stream_names_matched_stop_on_its_finishing_choice_only():
+    protocol = pytest.importorskip("sglang.srt.entrypoints.openai.protocol")
+    for chat, cls in ((True, protocol.ChatCompletionStreamResponse), (False, protocol.CompletionStreamResponse)):
+        out = stream_events(ending("stop", EOS), chat)
+        assert ["matched_stop" in event["choices"][0] for event in out] == [False, True]
+        parsed = [cls.model_validate(event).choices[0] for event in out]
+        assert [(c.finish_reason, c.matched_stop) for c in parsed] == [(None, None), ("stop", EOS)]

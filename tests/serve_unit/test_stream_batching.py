@@ -135,11 +135,11 @@ def test_rule_merge_keeps_last_finish_and_usage_and_first_stamps():
     run = [
         Chunk(text="x", num_tokens=2, replica="r1", path="speculative", replica_s=0.5, tool_calls=[opening]),
         Chunk(num_tokens=3, tool_calls=[{"index": 0, "function": {"arguments": "{}"}}]),
-        Chunk(text="y", num_tokens=2, finish_reason="stop", usage=usage),
+        Chunk(text="y", num_tokens=2, finish_reason="stop", matched_stop="END", usage=usage),
     ]
     (merged,) = merge_chunks(run)
     assert merged.text == "xy" and merged.num_tokens == 7
-    assert merged.finish_reason == "stop" and merged.usage == usage
+    assert (merged.finish_reason, merged.matched_stop, merged.usage) == ("stop", "END", usage)
     assert (merged.replica, merged.path, merged.replica_s) == ("r1", "speculative", 0.5)
     assert [d["function"]["arguments"] for d in merged.tool_calls] == ["", "{}"]
 

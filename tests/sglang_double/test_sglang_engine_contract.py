@@ -26,6 +26,7 @@ from ray_dspine.engines.sglang.load import GAUGES
 from ray_dspine.capacity import plan_capacity, resolve_profile
 from ray_dspine.serve.tool_calls import merge_tool_calls
 
+from double_tokenizer import build_tokenizer
 from sglang_double_helpers import DOUBLE, dspine_capacity, double_launcher, read_events, run, wait_until
 
 
@@ -370,8 +371,9 @@ def test_tool_calls_stream_through_as_deltas(make_config):
     assert merged == [{"id": deltas[0]["id"], "type": "function",
                        "function": {"name": "read_file", "arguments": '{"count": 10}'}}]
     assert "".join(chunk.text for chunk in chunks) == ""
-    # 7 pieces of the call + eos = 8 tokens; eos is a stop, which SGLang reports as tool_calls
+    # 7 pieces of the call + eos = 8 tokens; eos is a stop, which SGLang reports as tool_calls, matching the eos id
     assert chunks[-1].finish_reason == "tool_calls" and chunks[-1].usage.completion_tokens == 8
+    assert chunks[-1].matched_stop == build_tokenizer().eos_token_id
     assert sum(chunk.num_tokens for chunk in chunks) == 8
     # the engine's request, not the drafter probe sent before the server counted as ready
     request = next(e for e in read_events(config_events(config)) if e["event"] == "request" and e["rid"] == "tc")

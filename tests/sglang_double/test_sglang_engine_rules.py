@@ -79,6 +79,11 @@ def test_rule_num_tokens_from_cumulative_usage_and_reasoning_apart():
     assert mapper.feed({"choices": [], "sglext": {"spec_tokens_details": {"spec_verify_ct": 2}}}) == []
     final = mapper.finish()
     assert (final.finish_reason, final.usage.verify_steps, final.usage.accept_length) == ("length", 2, 3.5)
+    assert final.matched_stop is None  # ran out of tokens: SGLang names no stop
+    stopped = StreamMapper()
+    stopped.feed({"choices": [{"delta": {"content": "a"}, "finish_reason": None, "matched_stop": None}]})
+    stopped.feed({"choices": [{"delta": {}, "finish_reason": "stop", "matched_stop": 151645}]})
+    assert (stopped.finish().finish_reason, stopped.finish().matched_stop) == ("stop", 151645)
     error = StreamMapper().feed({"object": "error", "message": "boom", "code": 400})
     assert (error[0].finish_reason, error[0].error_status) == ("error", 400)
 

@@ -9,12 +9,14 @@ Rules:
              pattern anchored at the end (`END$`) is caught even when a later token of the step breaks it.
              `kept` says how many of the push's tokens come before the stop, it included; the rest are
              dropped, as SGLang's finished_len drops them.
-  cut        a stop string: the text ends just before its earliest occurrence, or just after it with
-             `keep_stop` (SGLang's no_stop_trim). A stop pattern (the first in the request's order that
-             matches): the text ends with the stopping token, the match kept, except that where the pattern's
-             own text occurs in it, it is cut there as a stop string would be: SGLang 0.5.23 trims a pattern
-             stop with its stop-string trim. A stop string beats a pattern that stops at the same token, as in
-             SGLang.
+  cut        a stop string: the text ends just before its earliest occurrence (of two at the same place, the
+             first in the request's order), or just after it with `keep_stop` (SGLang's no_stop_trim). A stop
+             pattern (the first in the request's order that matches): the text ends with the stopping token,
+             the match kept, except that where the pattern's own text occurs in it, it is cut there as a stop
+             string would be: SGLang 0.5.23 trims a pattern stop with its stop-string trim. A stop string
+             beats a pattern that stops at the same token, as in SGLang.
+  matched    what stopped the request, SGLang's matched_stop: the stop string the text is cut at, or the pattern
+             (as the request gave it) when no stop string is in the text.
   hold back  unless `keep_stop`, the last (longest stop string or pattern - 1) characters are held back too, so
              text the cut may remove is never sent.
   budget     a push's pattern searches take STOP_SEARCH_BUDGET_S at most, all together; past that the request
@@ -54,6 +56,7 @@ class IncrementalDetokenizer:
         self._sent = 0
         self.stopped = False
         self.kept = 0
+        self.matched: str | None = None  # rule `matched`
         self.error: str | None = None  # rule `budget`
 
     def push(self, token_ids: list[int], final: bool = False) -> str:
@@ -111,13 +114,14 @@ class IncrementalDetokenizer:
 
     def _cut(self, text: str) -> str | None:
         """The text to end with when `text` holds a stop (rule `cut`), else None."""
-        found = [(text.find(s), s) for s in self._stop if s in text]
+        found = [(text.find(s), i, s) for i, s in enumerate(self._stop) if s in text]
         if found:
-            at, stop = min(found)
-            return text[: at + len(stop)] if self._keep else text[:at]
+            at, _, self.matched = min(found)
+            return text[: at + len(self.matched)] if self._keep else text[:at]
         pattern = next((p.pattern for p in self._patterns if self._search(p, text)), None)
         if pattern is None:
             return None
+        self.matched = pattern
         at = text.find(pattern)
         return text if at == -1 else text[: at + len(pattern)] if self._keep else text[:at]
 

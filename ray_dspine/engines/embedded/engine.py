@@ -484,4 +484,5 @@ def _chunk(out: StepOutput, sequence: Sequence) -> Chunk:
     chunk = Chunk(text=out.text, num_tokens=out.num_tokens, finish_reason=out.finish_reason)
     if out.finish_reason is not None:
         chunk.usage = sequence.usage()
+        chunk.matched_stop = sequence.matched_stop
     return chunk

@@ -17,8 +17,8 @@ CPU model a 9-token verify block behind 3,000 cached tokens took 90.4 ms instead
 fp32, docs/results/embedded-engine.md). A one-token step (no draft) and prefill chunks keep the model's
 own forward: no copy is made for one token, and a chunk gains nothing measurable.
 Rule `end tokens` (SGLang's): the end tokens are EOS and the request's stop_token_ids. The first one emitted
-finishes the request ("stop") and is not shown (with no_stop_trim it is, as text if it has any: special
-tokens have text only with skip_special_tokens false); with ignore_eos none does. A stop string or stop
+finishes the request ("stop", its id the request's matched_stop) and is not shown (with no_stop_trim it is, as
+text if it has any: special tokens have text only with skip_special_tokens false); with ignore_eos none does. A stop string or stop
 pattern ends the request at the token that completes it, later tokens of its step dropped (detokenizer.py).
 While fewer than min_tokens tokens are out, every logits row for a position below min_tokens has the end
 tokens at -inf, so none is chosen there.
@@ -76,6 +76,7 @@ class Sequence:
     verify_steps: int = 0
     accept_histogram: list[int] = field(default_factory=list)
     finished: str | None = None
+    matched_stop: int | str | None = None  # what ended a "stop" (rule `end tokens`; detokenizer.py `matched`)
     path: str = "autoregressive"
     row_exact: bool = False  # batch.py rule `row exact`
     top_k: int = 0  # 0: off (speculative.py rule `filters`)
@@ -291,7 +292,7 @@ def _emit(seq: Sequence, tokens: list[int]) -> StepOutput:
     for i, token in enumerate(tokens):
         if token in ends:
             tokens = tokens[: i + 1]
-            seq.finished = "stop"
+            seq.finished, seq.matched_stop = "stop", token
             break
     tokens = tokens[: seq.remaining]
     if seq.finished is None and len(tokens) >= seq.remaining:
@@ -307,7 +308,7 @@ def _emit(seq: Sequence, tokens: list[int]) -> StepOutput:
         return StepOutput("", 0, "error", error=error)
     if seq.detokenizer.stopped:  # a stop string or pattern ends the request at its token (detokenizer.py)
         tokens = tokens[: shown[seq.detokenizer.kept - 1] + 1]
-        seq.finished = "stop"
+        seq.finished, seq.matched_stop = "stop", seq.detokenizer.matched
     seq.verify_steps += 1
     seq.accept_histogram[min(len(tokens), seq.histogram_size) - 1] += 1
     seq.output_ids.extend(tokens)

@@ -40,7 +40,8 @@ Rules:
   histogram      accept_histogram[k] = spec_correct_drafts_histogram[k]: verify steps with k accepted draft
                  tokens, i.e. k + 1 produced tokens; autoregressive: [completion_tokens].
   finish         stop -> "stop", tool_calls -> "tool_calls", length -> "length", abort -> "abort"; an error
-                 event -> "error"; any other reason -> "stop".
+                 event -> "error"; any other reason -> "stop". The finishing choice's `matched_stop` (the
+                 stop string, stop_regex pattern or end token id SGLang ended on) goes out unchanged.
   reasoning      SGLang's `reasoning_content` deltas (from --reasoning-parser) go out as `Chunk.reasoning`,
                  `content` deltas as `Chunk.text`; neither is rewritten.
   tool calls     `delta.tool_calls` (from --tool-call-parser: a call's first delta has its id and function
@@ -177,6 +178,7 @@ class StreamMapper:
         self.cached_tokens = 0
         self.spec: dict | None = None
         self.finish_reason: str | None = None
+        self.matched_stop: int | str | None = None
         self.error: Chunk | None = None
         self.yielded_tokens = 0
 
@@ -207,6 +209,7 @@ class StreamMapper:
             text, reasoning, tool_calls = choice.get("text") or "", "", None
         if choice.get("finish_reason"):
             self.finish_reason = _FINISH.get(choice["finish_reason"], "stop")
+            self.matched_stop = choice.get("matched_stop")
         produced = bool(text or reasoning or tool_calls)
         num_tokens = self.completion_tokens - previous if usage else (1 if produced else 0)
         if not produced and num_tokens <= 0:
@@ -220,7 +223,8 @@ class StreamMapper:
             return self.error
         usage = usage_from(self.completion_tokens, self.prompt_tokens, self.cached_tokens, self.spec)
         rest = max(0, self.completion_tokens - self.yielded_tokens)
-        return Chunk(finish_reason=self.finish_reason or "stop", usage=usage, num_tokens=rest)
+        return Chunk(finish_reason=self.finish_reason or "stop", matched_stop=self.matched_stop, usage=usage,
+                     num_tokens=rest)
 
     def _error_chunk(self, body: Any) -> Chunk:
         message = body.get("message", str(body)) if isinstance(body, dict) else str(body)
