@@ -19,10 +19,11 @@ The decode time above includes the prefill before the first token, which both pa
 seconds to the first chunk), summed over the prompts of a group, and `decode_speedup` their ratio. It
 explains a speedup, it is not the speedup: a caller waits for the prefill too. (The peer's
 `generate` does not stream, so it has no such figure.)
-Interval: `speedup_vs_peer_ci` is a paired bootstrap over the prompts (stats.paired_cluster_ratio_ci,
-1,000 resamples, seed 0) on the peer's seconds over ours, the peer's seconds scaled to our output
-tokens on each prompt (the two greedy decodes may stop at different lengths); a goal on the peer is
-met when its low end clears it.
+Interval: `speedup_ci` and `speedup_vs_peer_ci` are paired bootstraps over the prompts
+(stats.paired_cluster_ratio_ci, 1,000 resamples, seed 0) on the autoregressive path's or the peer's seconds
+over our speculative path's, theirs scaled to our output tokens on each prompt (two greedy decodes may stop
+at different lengths), for all prompts and per category; a goal is met when the low end clears it. With
+2 prompts a category, a category's interval only spans its two prompts' ratios.
 The prompt-set engines run without prefix reuse (each prompt is decoded from scratch, as the peer does).
 Then the multi-turn agent scenario (engine_agent.py): tau-bench conversations turn by turn, TTFT and
 throughput at each concurrency, with and without prefix reuse, in the serving dtype.
@@ -225,12 +226,13 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return round(a / b, 3) if a and b else None
 
 
-def peer_interval(rows: list[dict]) -> dict | None:
-    """95% paired bootstrap interval on ours over the peer (module docstring, `Interval`); None without a
-    peer or with fewer than 2 prompts."""
-    if len(rows) < 2 or "peer_s" not in rows[0]:
+def paired_interval(rows: list[dict], baseline: str) -> dict | None:
+    """95% paired bootstrap interval on our speculative path over `baseline` ("ar" or "peer"; module docstring,
+    `Interval`); None without that baseline or with fewer than 2 prompts."""
+    if len(rows) < 2 or f"{baseline}_s" not in rows[0]:
         return None
-    pairs = [(str(i), r["spec_s"], r["peer_s"] * r["spec_tokens"] / max(1, r["peer_tokens"])) for i, r in enumerate(rows)]
+    pairs = [(str(i), r["spec_s"], r[f"{baseline}_s"] * r["spec_tokens"] / max(1, r[f"{baseline}_tokens"]))
+             for i, r in enumerate(rows)]  # fmt: skip
     ci = paired_cluster_ratio_ci(pairs, np.random.default_rng(0), stat="mean")
     return {"estimate": round(ci.estimate, 3), "low": round(ci.low, 3), "high": round(ci.high, 3), "confidence": 0.95}
 
@@ -247,9 +249,10 @@ def _figures(serving: list[dict], fp32: list[dict], bf16: list[dict], dtype: str
         "ar_tokens_per_s": ar,
         "spec_tokens_per_s": spec,
         "speedup": _ratio(spec, ar),
+        "speedup_ci": paired_interval(serving, "ar"),
         "peer_tokens_per_s": peer,
         "speedup_vs_peer": _ratio(spec, peer),
-        "speedup_vs_peer_ci": peer_interval(serving),
+        "speedup_vs_peer_ci": paired_interval(serving, "peer"),
         "cpu_tokens_per_s": {"ar": cpu_ar, "spec": cpu_spec, "peer": cpu_peer},
         "cpu_speedup": _ratio(cpu_spec, cpu_ar),
         "cpu_speedup_vs_peer": _ratio(cpu_spec, cpu_peer),
@@ -503,9 +506,11 @@ def _main(args) -> int:
             f"{fig['accept_length_mean']:>7} {fig['step_cost_ratio']:>9} "
             f"{fig['greedy_identical']:>5}/{fig['prompts']}"
         )
-    ci = result.get("speedup_vs_peer_ci")
-    if ci:
-        print(f"ours over the peer, all prompts: {ci['estimate']}x, 95% paired interval {ci['low']}-{ci['high']}")
+    for name, fig in rows:
+        spans = [f"{label} {ci['low']}-{ci['high']}" for label, ci in
+                 (("over autoregressive", fig.get("speedup_ci")), ("over the peer", fig.get("speedup_vs_peer_ci"))) if ci]
+        if spans:
+            print(f"{name}: speculative, 95% paired intervals over the prompts: {', '.join(spans)}")
     _print_batching(result["concurrency"])
     if "agent" in result:
         _print_agent(result["agent"])

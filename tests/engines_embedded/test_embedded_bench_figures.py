@@ -37,13 +37,22 @@ def test_rule_peer_interval_is_a_paired_bootstrap_over_prompts():
     rows = [_row(3.0, 1.0, 2.0, 1.0) for _ in range(3)]
     for row in rows:
         row["peer_s"] = 3.0
-    assert engine_bench.peer_interval(rows) == {"estimate": 1.5, "low": 1.5, "high": 1.5, "confidence": 0.95}
+    assert engine_bench.paired_interval(rows, "peer") == {"estimate": 1.5, "low": 1.5, "high": 1.5, "confidence": 0.95}
     # the peer stopped after 22 tokens where ours gave 11: its 3 s count as 1.5 s for our 11 -> 0.75x
     rows[0]["peer_tokens"], rows[1]["peer_tokens"], rows[2]["peer_tokens"] = 22, 22, 22
-    assert engine_bench.peer_interval(rows)["estimate"] == 0.75
+    assert engine_bench.paired_interval(rows, "peer")["estimate"] == 0.75
     # prompts that disagree (1.5x and 1.0x) give an interval spanning them, around (3 + 2) / (2 + 2) = 1.25
     rows = [_row(3.0, 1.0, 2.0, 1.0), _row(3.0, 1.0, 2.0, 1.0)]
     rows[0]["peer_s"], rows[1]["peer_s"] = 3.0, 2.0
-    ci = engine_bench.peer_interval(rows)
+    ci = engine_bench.paired_interval(rows, "peer")
     assert ci["estimate"] == 1.25 and 1.0 <= ci["low"] < 1.25 < ci["high"] <= 1.5
-    assert engine_bench.peer_interval(rows[:1]) is None  # one prompt: no interval
+    assert engine_bench.paired_interval(rows[:1], "peer") is None  # one prompt: no interval
+
+
+def test_rule_interval_over_autoregressive_pairs_each_prompt_with_its_own_autoregressive_decode():
+    # prompt 1: ar 3 s, spec 2 s -> 1.5x; prompt 2: ar 4 s, spec 2 s -> 2.0x; all: (3 + 4) / (2 + 2) = 1.75
+    rows = [_row(3.0, 1.0, 2.0, 1.0), _row(4.0, 1.0, 2.0, 1.0)]
+    ci = engine_bench.paired_interval(rows, "ar")
+    assert ci["estimate"] == 1.75 and 1.5 <= ci["low"] < 1.75 < ci["high"] <= 2.0
+    assert engine_bench._figures(rows, rows, rows, "fp32")["speedup_ci"] == ci
+    assert engine_bench._figures(rows[:1], rows, rows, "fp32")["speedup_ci"] is None  # one prompt: no interval
