@@ -150,7 +150,8 @@ def test_no_api_key_configured_accepts_any_bearer(serve_url):
 def test_overload_gets_429_with_retry_after(serve_url):
     # The engine runs 2 and queues none; the router holds requests no replica can take (they would
     # only be refused or retracted there) and the handle holds at most 2 of those: the rest are refused.
-    body = {"model": MODEL, "messages": user("Write a long story about a dragon."), "max_tokens": 300, "temperature": 0}
+    # 100 tokens keep the first 2 running for seconds while the other 6 arrive (all within milliseconds)
+    body = {"model": MODEL, "messages": user("Write a long story about a dragon."), "max_tokens": 100, "temperature": 0}
     results = []
 
     def send():
