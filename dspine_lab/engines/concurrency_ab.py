@@ -18,7 +18,7 @@ Rules:
             B differs from A's in the same pair (batching changes floating-point order, so a setting that
             changes who shares a forward may change a rare token).
 Parameters: variants as NAME=FIELD:VALUE[;FIELD:VALUE] (draft_tuning.py's form; dtype stays fp32);
-pairs in [2, 30]; concurrency >= 1; prompts: how many of the list after the report set.
+pairs in [2, 30]; concurrency >= 1; prompts: how many of the tuning prompts.
 Complexity: 2 * pairs cells of concurrency * prompts decodes.
 """
 
@@ -31,7 +31,7 @@ import math
 import statistics
 import sys
 
-from dspine_lab.engines.draft_tuning import REPORT_PROMPTS, add_prompt_flags, parse_variant, tuning_prompts
+from dspine_lab.engines.draft_tuning import add_prompt_flags, parse_variant, tuning_prompts
 
 # Two-sided 95% quantiles of Student's t by degrees of freedom (1..29).
 T_975 = [
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "measured": "MEASURED, fp32, tuning prompts only",
         "command_line": " ".join([prog, *(argv if argv is not None else sys.argv[1:])]),
-        "tuning_prompts": [f"{REPORT_PROMPTS + j} ({p['category']})" for j, p in enumerate(prompts)],
+        "tuning_prompts": [f"tuning {j} ({p['category']})" for j, p in enumerate(prompts)],
         "concurrency": args.concurrency,
         "variants": {"A": {a: variants[a]}, "B": {b: variants[b]}},
         "pairs": [{k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()} for row in rows],

@@ -2,8 +2,8 @@
 
 What it answers: which of a few drafting settings (named config overrides, e.g. per-match acceptance on or
 off, draft_policy.py rule `match`) decodes fastest, chosen on prompts that the report set of
-`ray-dspine bench engine --prompts 6` (the first 6 prompts of the shipped list in its round-robin order)
-does not contain: this study decodes the next ones (2 of each category by default) and never those 6.
+`ray-dspine bench engine` does not contain: this study decodes the shipped list's tuning prompts (`set`
+"tuning", 2 of each category) and never a report prompt.
 
 Rules:
   run:     one speculative engine per variant and one autoregressive engine share one loaded model (fp32,
@@ -37,7 +37,6 @@ import json
 import sys
 import time
 
-from ray_dspine.bench.engine_bench import REPORT_PROMPTS  # the prompts `bench engine` reports: never decoded here
 
 DEFAULT_VARIANTS = [  # per-match counts with prior weights 0..8, and one set of counts from a neutral start
     "w0=draft_acceptance_by_match:true;draft_prior_weight:0",
@@ -51,15 +50,15 @@ DEFAULT_VARIANTS = [  # per-match counts with prior weights 0..8, and one set of
 def tuning_prompts(count: int) -> list[dict]:
     from ray_dspine.bench.engine_bench import load_prompts
 
-    prompts = load_prompts(REPORT_PROMPTS + count)[REPORT_PROMPTS:]
+    prompts = load_prompts(count, "tuning")
     if len(prompts) < count:
-        raise ValueError(f"only {len(prompts)} prompts follow the report set; ask for at most that many")
+        raise ValueError(f"only {len(prompts)} prompts tune the engine's settings; ask for at most that many")
     return prompts
 
 
 def add_prompt_flags(parser) -> None:
-    """--prompts (tuning prompts after the report set) and --max-tokens, as every tuning study takes them."""
-    parser.add_argument("--prompts", type=int, default=6, help="tuning prompts after the report set (default 6)")
+    """--prompts (tuning prompts, never the report set) and --max-tokens, as every tuning study takes them."""
+    parser.add_argument("--prompts", type=int, default=6, help="tuning prompts, never the report set (default 6)")
     parser.add_argument("--max-tokens", type=int, default=96, help="tokens per answer (default 96, as bench engine)")
 
 
@@ -223,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "measured": f"MEASURED, {args.dtype}, tuning prompts only",
         "command_line": " ".join(["python -m dspine_lab.engines.draft_tuning", *(argv if argv is not None else sys.argv[1:])]),
-        "tuning_prompts": [f"{REPORT_PROMPTS + j} ({p['category']})" for j, p in enumerate(prompts)],
+        "tuning_prompts": [f"tuning {j} ({p['category']})" for j, p in enumerate(prompts)],
         "base": common,
         "variants": variants,
         "ar_tokens_per_s": {c: round(v, 2) for c, v in ar.items()},

@@ -12,7 +12,7 @@ Rules:
   figures: per prompt, the second pass's cached prompt tokens (usage.cached_prompt_tokens) and whether its
           answer differs from the cold one; the count of differing answers. Both engines run the same
           settings otherwise (speculation on, one request at a time), on one loaded model.
-Parameters: prompts: the bench's list in its order (load_prompts), all 12 by default; dtype and row_exact
+Parameters: prompts: the bench's list in its order (load_prompts, both sets), the first 12 by default; dtype and row_exact
 as the engine takes them (row_exact needs bf16).
 Complexity: 3 decodes per prompt.
 """
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     from ray_dspine.engines.embedded.config import EmbeddedEngineConfig
     from ray_dspine.engines.embedded.model import load_model
 
-    prompts = load_prompts(args.prompts)
+    prompts = load_prompts(args.prompts, "all")
     config = EmbeddedEngineConfig(dtype=args.dtype, row_exact=args.row_exact, max_running_requests=1)
     loaded = compute.run(load_model, config)
     rows = compare(loaded, config, prompts, args.max_tokens)

@@ -22,8 +22,8 @@ explains a speedup, it is not the speedup: a caller waits for the prefill too. (
 Interval: `speedup_ci` and `speedup_vs_peer_ci` are paired bootstraps over the prompts
 (stats.paired_cluster_ratio_ci, 1,000 resamples, seed 0) on the autoregressive path's or the peer's seconds
 over our speculative path's, theirs scaled to our output tokens on each prompt (two greedy decodes may stop
-at different lengths), for all prompts and per category; a goal is met when the low end clears it. With
-2 prompts a category, a category's interval only spans its two prompts' ratios.
+at different lengths), for all prompts and per category; a goal is met when the low end clears it. A
+category's interval rests on its 4 report prompts.
 The prompt-set engines run without prefix reuse (each prompt is decoded from scratch, as the peer does).
 Then the multi-turn agent scenario (engine_agent.py): tau-bench conversations turn by turn, TTFT and
 throughput at each concurrency, with and without prefix reuse, in the serving dtype.
@@ -72,21 +72,21 @@ from .stats import paired_cluster_ratio_ci
 # chose our engine's num_draft_tokens (32 in both dtypes; docs/results/embedded-engine.md, "How long a draft
 # may be" for fp32, "bf16, with the weights packed once" for bf16).
 PEER_DRAFT_TOKENS = {"fp32": 16, "bf16": 32}
-# The report set: the first 6 prompts of the shipped list in load_prompts' order (2 per category). The 6 after
-# them are the tuning prompts the engine's settings were chosen on (docs/results/embedded-engine.md), so a
-# report never decodes a prompt any choice has seen.
-REPORT_PROMPTS = 6
+# The report set: the shipped prompts whose `set` is "report" (4 per category). The others ("tuning", 2 per
+# category) are the prompts the engine's settings were chosen on (docs/results/embedded-engine.md), so a report
+# never decodes a prompt any choice has seen.
+REPORT_PROMPTS = 12
 
 
-def load_prompts(limit: int) -> list[dict]:
+def load_prompts(limit: int, which: str = "report") -> list[dict]:
+    """The first `limit` prompts of set `which` ("report", "tuning" or "all"), round-robin over the categories in
+    the file's order (so any limit keeps them balanced), each category's prompts in the file's order."""
     data = json.loads(resources.files("ray_dspine.bench.prompts").joinpath("engine.json").read_text())
-    prompts = data["prompts"]
     by_category: dict[str, list[dict]] = {}
-    for prompt in prompts:
+    for prompt in data["prompts"]:
         by_category.setdefault(prompt["category"], []).append(prompt)
-    # Round-robin over categories, so any limit keeps them balanced (a third each for 3 categories).
     ordered = [p for group in zip(*by_category.values()) for p in group]
-    return ordered[:limit]
+    return [p for p in ordered if which in ("all", p["set"])][:limit]
 
 
 async def _decode(engine: EmbeddedEngine, messages: list[dict], max_tokens: int, request_id: str):
@@ -455,7 +455,7 @@ def _main(args) -> int:
         print("ray-dspine bench engine: --prompts and --max-tokens must be at least 1", file=sys.stderr)
         return 2
     if args.prompts > REPORT_PROMPTS:
-        print(f"ray-dspine bench engine: --prompts is at most {REPORT_PROMPTS}, the report set; the prompts after it "
+        print(f"ray-dspine bench engine: --prompts is at most {REPORT_PROMPTS}, the report set; the tuning prompts "
               "chose the engine's settings, so figures on them would not be held out", file=sys.stderr)
         return 2
     for flag, value in (("--num-draft-tokens", args.num_draft_tokens), ("--peer-draft-tokens", args.peer_draft_tokens)):

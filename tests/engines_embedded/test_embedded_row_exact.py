@@ -310,7 +310,7 @@ def test_bf16_row_exact_greedy_output_is_the_same_on_a_warm_cache_and_a_cold_one
     --row-exact`)."""
     from ray_dspine.bench.engine_bench import load_prompts
 
-    prompts = [p["messages"] for i, p in enumerate(load_prompts(12)) if i in (0, 2, 10)]
+    prompts = [p["messages"] for i, p in enumerate(load_prompts(12, "all")) if i in (0, 2, 10)]
 
     async def answers(reuse: bool, passes: int) -> list[tuple[str, int]]:
         engine = EmbeddedEngine(EmbeddedEngineConfig(row_exact=True, prefix_reuse=reuse), loader=lambda _c: loaded_bf16)

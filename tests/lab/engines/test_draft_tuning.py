@@ -2,7 +2,7 @@
 
 import pytest
 
-from dspine_lab.engines.draft_tuning import REPORT_PROMPTS, choose_variant, main, parse_variant, tuning_prompts
+from dspine_lab.engines.draft_tuning import choose_variant, main, parse_variant, tuning_prompts
 
 
 def test_variant_syntax():
@@ -31,13 +31,13 @@ def test_rule_choice_fastest_overall_that_keeps_chat():
 
 
 def test_tuning_prompts_never_include_the_report_set():
-    from ray_dspine.bench.engine_bench import load_prompts
+    from ray_dspine.bench.engine_bench import REPORT_PROMPTS, load_prompts
 
     report = load_prompts(REPORT_PROMPTS)
     tuning = tuning_prompts(6)
     assert len(tuning) == 6 and not any(p in report for p in tuning)
     assert sorted(p["category"] for p in tuning) == ["agent", "agent", "chat", "chat", "code_edit", "code_edit"]
-    with pytest.raises(ValueError, match="only 6 prompts follow the report set"):
+    with pytest.raises(ValueError, match="only 6 prompts tune the engine's settings"):
         tuning_prompts(7)
 
 
