@@ -12,8 +12,8 @@ Rules:
   figures: per prompt, the second pass's cached prompt tokens (usage.cached_prompt_tokens) and whether its
           answer differs from the cold one; the count of differing answers. Both engines run the same
           settings otherwise (speculation on, one request at a time), on one loaded model.
-Parameters: prompts: the bench's list in its order (load_prompts, both sets), the first 12 by default; dtype and row_exact
-as the engine takes them (row_exact needs bf16).
+Parameters: prompts: the bench's list in its order (load_prompts, both sets), the first 12 by default; dtype
+and row_exact as the engine takes them (row_exact needs bf16).
 Complexity: 3 decodes per prompt.
 """
 

@@ -507,8 +507,8 @@ def _main(args) -> int:
             f"{fig['greedy_identical']:>5}/{fig['prompts']}"
         )
     for name, fig in rows:
-        spans = [f"{label} {ci['low']}-{ci['high']}" for label, ci in
-                 (("over autoregressive", fig.get("speedup_ci")), ("over the peer", fig.get("speedup_vs_peer_ci"))) if ci]
+        intervals = (("over autoregressive", fig.get("speedup_ci")), ("over the peer", fig.get("speedup_vs_peer_ci")))
+        spans = [f"{label} {ci['low']}-{ci['high']}" for label, ci in intervals if ci]
         if spans:
             print(f"{name}: speculative, 95% paired intervals over the prompts: {', '.join(spans)}")
     _print_batching(result["concurrency"])

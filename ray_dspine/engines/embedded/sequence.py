@@ -18,8 +18,9 @@ fp32, docs/results/embedded-engine.md). A one-token step (no draft) and prefill 
 own forward: no copy is made for one token, and a chunk gains nothing measurable.
 Rule `end tokens` (SGLang's): the end tokens are EOS and the request's stop_token_ids. The first one emitted
 finishes the request ("stop", its id the request's matched_stop) and is not shown (with no_stop_trim it is, as
-text if it has any: special tokens have text only with skip_special_tokens false); with ignore_eos none does. A stop string or stop
-pattern ends the request at the token that completes it, later tokens of its step dropped (detokenizer.py).
+text if it has any: special tokens have text only with skip_special_tokens false); with ignore_eos none does. A
+stop string or stop pattern ends the request at the token that completes it, later tokens of its step dropped
+(detokenizer.py).
 While fewer than min_tokens tokens are out, every logits row for a position below min_tokens has the end
 tokens at -inf, so none is chosen there.
 Under `row_exact` (batch.py rule `row exact`) a draft is cut to ROW_EXACT_MAX_ROWS - 1 tokens and its
