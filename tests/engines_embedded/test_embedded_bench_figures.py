@@ -1,4 +1,6 @@
-"""`bench engine`'s per-group figures from hand-made rows: end-to-end and decode-only rates."""
+"""`bench engine`'s per-group figures from hand-made rows: end-to-end and decode-only rates, and their intervals."""
+
+from types import SimpleNamespace
 
 import pytest
 
@@ -56,3 +58,23 @@ def test_rule_interval_over_autoregressive_pairs_each_prompt_with_its_own_autore
     assert ci["estimate"] == 1.75 and 1.5 <= ci["low"] < 1.75 < ci["high"] <= 2.0
     assert engine_bench._figures(rows, rows, rows, "fp32")["speedup_ci"] == ci
     assert engine_bench._figures(rows[:1], rows, rows, "fp32")["speedup_ci"] is None  # one prompt: no interval
+
+
+def test_the_text_report_prints_each_groups_intervals(monkeypatch, capsys):
+    # ar 3 s and 4 s, spec 2 s each: every resample lies in [1.5, 2.0], and a quarter of them are each end;
+    # the peer takes spec's 2 s on both prompts: 1.0 in every resample
+    rows = [_row(3.0, 1.0, 2.0, 1.0), _row(4.0, 1.0, 2.0, 1.0)]
+    figures = engine_bench._figures(rows, rows, rows, "fp32")
+    result = {**figures, "per_category": {"agent": figures}, "bf16_row_exact": False, "peak_rss_mb": 1.0,
+              "num_draft_tokens": 32, "peer_draft_tokens": 16,
+              "concurrency": {"prompts": 2, "max_tokens": 8, "dtype": "fp32", "max_batch_requests": 4, "cells": {}}}
+    monkeypatch.setattr(engine_bench, "run_engine_bench", lambda *args, **kwargs: result)
+    args = SimpleNamespace(
+        prompts=2, max_tokens=8, num_draft_tokens=32, peer_draft_tokens=None, dtype="fp32", json=False,
+        row_exact=False, agent_conversations=0, agent_turns=1, agent_max_tokens=1, agent_concurrency="1", traces_dir=None,
+    )
+    assert engine_bench._main(args) == 0
+    out = capsys.readouterr().out
+    spans = "over autoregressive 1.5-2.0, over the peer 1.0-1.0"
+    for group in ("all", "agent"):
+        assert f"{group}: speculative, 95% paired intervals over the prompts: {spans}" in out.splitlines()
