@@ -71,7 +71,8 @@ def test_the_text_report_prints_each_groups_intervals(monkeypatch, capsys):
     monkeypatch.setattr(engine_bench, "run_engine_bench", lambda *args, **kwargs: result)
     args = SimpleNamespace(
         prompts=2, max_tokens=8, num_draft_tokens=32, peer_draft_tokens=None, dtype="fp32", json=False,
-        row_exact=False, agent_conversations=0, agent_turns=1, agent_max_tokens=1, agent_concurrency="1", traces_dir=None,
+        row_exact=False, agent_conversations=0, agent_turns=1, agent_max_tokens=1, agent_concurrency="1",
+        traces_dir=None,
     )
     assert engine_bench._main(args) == 0
     out = capsys.readouterr().out

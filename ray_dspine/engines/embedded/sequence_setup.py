@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import uuid
 
+import regex
+
 from ..protocol import EngineError, GenerateRequest
 from .config import EmbeddedEngineConfig
 from .detokenizer import IncrementalDetokenizer
@@ -127,8 +129,6 @@ def _dense_bias(logit_bias: dict[str, float], vocab: int):
 
 
 def _detokenizer(tokenizer, request: GenerateRequest) -> IncrementalDetokenizer:
-    import regex
-
     try:
         return IncrementalDetokenizer(
             tokenizer, request.stop, request.stop_regex, request.no_stop_trim, request.skip_special_tokens
