@@ -72,10 +72,10 @@ from .stats import paired_cluster_ratio_ci
 # chose our engine's num_draft_tokens (32 in both dtypes; docs/results/embedded-engine.md, "How long a draft
 # may be" for fp32, "bf16, with the weights packed once" for bf16).
 PEER_DRAFT_TOKENS = {"fp32": 16, "bf16": 32}
-# The report set: the shipped prompts whose `set` is "report" (4 per category). The others ("tuning", 2 per
+# The report set: the shipped prompts whose `set` is "report" (8 per category). The others ("tuning", 2 per
 # category) are the prompts the engine's settings were chosen on (docs/results/embedded-engine.md), so a report
 # never decodes a prompt any choice has seen.
-REPORT_PROMPTS = 12
+REPORT_PROMPTS = 24
 
 
 def load_prompts(limit: int, which: str = "report") -> list[dict]:

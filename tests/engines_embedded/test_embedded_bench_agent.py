@@ -73,21 +73,26 @@ def test_draft_tokens_default_to_each_sides_tuned_length():
     engine_bench.register(parser.add_subparsers())
     args = parser.parse_args(["engine"])
     assert args.num_draft_tokens == EmbeddedEngineConfig().num_draft_tokens == 32
-    assert args.prompts == engine_bench.REPORT_PROMPTS == 12  # the report set, never the tuning prompts
+    assert args.prompts == engine_bench.REPORT_PROMPTS == 24  # the report set, never the tuning prompts
     assert args.peer_draft_tokens is None  # the peer's own choice on the tuning prompts, per dtype:
     assert engine_bench.PEER_DRAFT_TOKENS == {"fp32": 16, "bf16": 32}
 
 
 def test_reports_only_the_report_set_never_the_tuning_prompts(capsys):
-    # the shipped list holds 18 prompts: 12 reported, and 6 that the lab's tuning studies decode
-    assert engine_bench.REPORT_PROMPTS == 12 and len(engine_bench.load_prompts(100)) == 12
-    assert len(engine_bench.load_prompts(100, "tuning")) == 6 and len(engine_bench.load_prompts(100, "all")) == 18
+    # the shipped list holds 30 prompts: 24 reported, and 6 that the lab's tuning studies decode
+    assert engine_bench.REPORT_PROMPTS == 24 and len(engine_bench.load_prompts(100)) == 24
+    assert len(engine_bench.load_prompts(100, "tuning")) == 6 and len(engine_bench.load_prompts(100, "all")) == 30
+    # 8 a category, taken round-robin: any --prompts keeps the categories balanced
+    report = engine_bench.load_prompts(24)
+    assert [p["category"] for p in report[:3]] == ["chat", "code_edit", "agent"]
+    assert [sum(p["category"] == c for p in report) for c in ("chat", "code_edit", "agent")] == [8, 8, 8]
+    assert [p["category"] for p in engine_bench.load_prompts(5)] == ["chat", "code_edit", "agent", "chat", "code_edit"]
     args = SimpleNamespace(
-        prompts=13, max_tokens=1, num_draft_tokens=32, peer_draft_tokens=None, dtype="fp32", json=True,
+        prompts=25, max_tokens=1, num_draft_tokens=32, peer_draft_tokens=None, dtype="fp32", json=True,
         agent_conversations=0, agent_turns=1, agent_max_tokens=1, agent_concurrency="1", traces_dir=None,
     )
     assert engine_bench._main(args) == 2
-    assert "--prompts is at most 12, the report set" in capsys.readouterr().err
+    assert "--prompts is at most 24, the report set" in capsys.readouterr().err
 
 
 def test_a_missing_trace_is_refused_before_any_model_loads(tmp_path, capsys, monkeypatch):
