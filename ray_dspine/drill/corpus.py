@@ -87,6 +87,7 @@ RANGES = [  # (route, field, value, status[, param when not the field])
     (CHAT, "temperature", 2.5, 400), (CHAT, "temperature", -0.1, 400), (CHAT, "temperature", 2, 200),
     (CHAT, "top_p", 0, 400), (CHAT, "top_p", 1.5, 400), (CHAT, "n", 2, 400), (CHAT, "n", 0, 400),
     (CHAT, "top_logprobs", 21, 400), (CHAT, "top_logprobs", -1, 400), (COMPLETIONS, "logprobs", 6, 400),
+    (CHAT, "top_logprobs", 2, 400), (CHAT, "logprobs", True, 200), (COMPLETIONS, "logprobs", 2, 200),
     (CHAT, "frequency_penalty", 2.5, 400), (CHAT, "presence_penalty", -3, 400),
     (CHAT, "stop", ["a", "b", "c", "d", "e"], 400), (CHAT, "stop", [1], 400, "stop[0]"),
     (CHAT, "logit_bias", {"x": 1}, 400), (CHAT, "logit_bias", {"5": 101}, 400),

@@ -86,6 +86,10 @@ class GenerateRequest(BaseModel):
     )
     regex: str | None = Field(default=None, description="A regular expression the output must match (SGLang).")
     ebnf: str | None = Field(default=None, description="An EBNF grammar the output must follow (SGLang).")
+    logprobs: bool = Field(default=False, description="Return each output token's log-probability (OpenAI's logprobs).")
+    top_logprobs: int = Field(
+        default=0, ge=0, le=20, description="With logprobs: the likeliest alternatives at each output position."
+    )
     pace: bool = Field(
         default=True,
         description="The router's permit: a replica that paces long prompts may pace this one "
@@ -106,6 +110,21 @@ class Usage(BaseModel):
     cached_prompt_tokens: int = Field(default=0, description="Prompt tokens served from the prefix cache.")
 
 
+class TopLogprob(BaseModel):
+    """One token and its log-probability, as OpenAI's chat logprobs spell it."""
+
+    token: str = Field(description="The token's text, the token decoded alone.")
+    bytes: list[int] = Field(description="The token's raw bytes (a piece of a multi-byte character included).")
+    logprob: float
+
+
+class TokenLogprob(TopLogprob):
+    """An output token's log-probability and the likeliest alternatives at its position (OpenAI's
+    ChatCompletionTokenLogprob)."""
+
+    top_logprobs: list[TopLogprob] = Field(default_factory=list)
+
+
 class Chunk(BaseModel):
     text: str = ""
     reasoning: str = Field(
@@ -122,6 +141,11 @@ class Chunk(BaseModel):
         default=None,
         description="With finish_reason 'stop' (or 'tool_calls'): what ended the request, as SGLang's matched_stop: "
         "the stop string, the stop_regex pattern, or the end token's id (EOS or one of stop_token_ids).",
+    )
+    logprobs: list[TokenLogprob] | None = Field(
+        default=None,
+        description="With a request's logprobs: one entry per output token this chunk carries (num_tokens of them), "
+        "the tokens whose text the chunk holds or holds back, a trimmed end token included.",
     )
     usage: Usage | None = None
     error: str | None = Field(default=None, description="Set on a refused or failed request.")

@@ -195,6 +195,8 @@ class IngressCore:
             continue_final_message=chat and parsed.continue_final_message,
             regex=parsed.regex or None,
             ebnf=parsed.ebnf or None,
+            logprobs=parsed.logprobs is True if chat else parsed.logprobs is not None,
+            top_logprobs=(parsed.top_logprobs if chat else parsed.logprobs) or 0,
         )
         return typed, parsed
 

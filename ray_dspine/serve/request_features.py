@@ -9,8 +9,9 @@ skip_special_tokens and chat's continue_final_message are carried to every pool.
 
 Rules, checked in this order; the first that applies refuses with 400, param = the field, code
 `unsupported_parameter` unless named otherwise:
-  logprobs            chat: `logprobs` true or `top_logprobs` > 0; completions: `logprobs` set. Refused
-                      on every pool: answers carry no log-probabilities.
+  logprobs            chat: `top_logprobs` above 0 without `logprobs: true` is refused (code invalid_value), as
+                      OpenAI answers. Asked for (chat: `logprobs` true; completions: `logprobs` set): embedded and
+                      sglang pools only (a simulated pool has no model to score tokens).
   echo/best_of/suffix completions: `echo` true, `best_of` > 1, `suffix` non-empty. Refused on every pool.
   chat fields         completions: `continue_final_message` true is refused (a chat field).
   response_format     completions: refused (a chat field). Chat, any type but "text": sglang pools only
@@ -39,6 +40,8 @@ from .openai_schema import ChatCompletionRequest, CompletionRequest
 
 # Engine kinds whose pools carry structured output and tools to the model.
 FULL_FEATURE_ENGINES = frozenset({"sglang"})
+# Engine kinds whose pools return log-probabilities.
+LOGPROB_ENGINES = frozenset({"embedded", "sglang"})
 
 # SGLang 0.5.23's request fields (ChatCompletionRequest, CompletionRequest) that no pool here carries, each with
 # SGLang's default: the value a client may send and still pass (rule `sglang fields`).
@@ -74,7 +77,7 @@ SGLANG_FIELDS_IGNORED = {
     "disagg_prefill_dp_rank": "data-parallel placement inside one SGLang server; the router places requests",
     "data_parallel_rank": "data-parallel placement inside one SGLang server; the router places requests",
     "routed_experts_start_len": "read only with return_routed_experts, which is refused",
-    "return_flat_raw_top_logprobs_b64": "read only with log-probabilities, which are refused",
+    "return_flat_raw_top_logprobs_b64": "read only with return_flat_raw_output_top_logprobs, which is refused",
 }  # fmt: skip
 
 
@@ -90,10 +93,9 @@ def refusal(parsed: ChatCompletionRequest | CompletionRequest, pool: str, engine
     chat = isinstance(parsed, ChatCompletionRequest)
     full = engine_kind in FULL_FEATURE_ENGINES
     where = f"pool {pool!r} ({engine_kind} engine)"
-    for check in (_logprobs, _completion_only):
-        found = check(parsed, chat)
-        if found is not None:
-            return found
+    found = _logprobs(parsed, chat, where, engine_kind in LOGPROB_ENGINES) or _completion_only(parsed, chat)
+    if found is not None:
+        return found
     if not chat and (parsed.model_extra or {}).get("continue_final_message", False) is not False:
         return Refusal("continue_final_message", "`continue_final_message` is a chat field: send the conversation, "
                        "its last message the assistant's to continue, to /v1/chat/completions")  # fmt: skip
@@ -144,11 +146,14 @@ def _sglang_fields(parsed, chat: bool, where: str, full: bool) -> Refusal | None
     return None
 
 
-def _logprobs(parsed, chat: bool) -> Refusal | None:
-    asked = (parsed.logprobs is True or (parsed.top_logprobs or 0) > 0) if chat else parsed.logprobs is not None
-    if asked:
-        param = "top_logprobs" if chat and parsed.logprobs is not True else "logprobs"
-        return Refusal(param, "log-probabilities are not returned by this server; leave `logprobs` out")
+def _logprobs(parsed, chat: bool, where: str, served: bool) -> Refusal | None:
+    if chat and (parsed.top_logprobs or 0) > 0 and parsed.logprobs is not True:
+        return Refusal("top_logprobs", "top_logprobs is only allowed with `logprobs: true`; set logprobs to true",
+                       code="invalid_value")  # fmt: skip
+    asked = parsed.logprobs is True if chat else parsed.logprobs is not None
+    if asked and not served:
+        return Refusal("logprobs", f"log-probabilities are not served by {where}: it has no model to score tokens; "
+                       "an embedded or sglang pool serves them")  # fmt: skip
     return None
 
 

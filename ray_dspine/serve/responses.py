@@ -5,7 +5,10 @@ Endings, for a stream that has started (its first chunk reached the ingress):
              event names the role (`"role": "assistant"` in its delta) and later deltas do not, as OpenAI's
              API and SGLang's serving layer send them. The choice that carries the finish reason carries
              `matched_stop` too (SGLang's field: the stop string, stop_regex pattern or end token id that
-             ended the request; null when none did).
+             ended the request; null when none did). With the request's logprobs, every event that carries a
+             choice carries the log-probabilities of the tokens its replica sent since the last such event
+             (a chunk whose text is all held back has its tokens' scores sent with the next), so the events' entries
+             add up to one per completion token; without, `logprobs` is null (logprobs_wire.py).
   error      whatever stops the stream early ends it with three events, never a silent cut:
              `data: {"error": {...}}` naming the cause, a terminal chunk whose finish_reason is "error",
              then `data: [DONE]`. Causes: an error chunk from the replica (its status); the request's
@@ -28,6 +31,7 @@ import time
 
 from ..engines.protocol import Chunk, GenerateRequest, Usage
 from .errors import ApiError, error_body
+from .logprobs_wire import CompletionLogprobs, chat_logprobs
 from .metrics import RequestTimer
 from .tool_calls import merge_tool_calls
 
@@ -129,7 +133,7 @@ def usage_dict(usage: Usage | None) -> dict | None:
 
 def _choice(
     chat: bool, text: str, finish: str | None, stream: bool, tool_calls: list[dict] | None = None, reasoning: str = "",
-    role: bool = True, matched_stop: int | str | None = None,
+    role: bool = True, matched_stop: int | str | None = None, logprobs: dict | None = None,
 ) -> dict:
     """One choice; a finishing one names its `matched_stop` too (null unless a stop ended it), as SGLang's does."""
     ending = {} if finish is None else {"matched_stop": matched_stop}
@@ -142,8 +146,27 @@ def _choice(
             body["reasoning_content"] = reasoning  # SGLang's and vLLM's field for a reasoning parser's output
         if tool_calls:
             body["tool_calls"] = tool_calls
-        return {"index": 0, key: body, "finish_reason": finish, **ending, "logprobs": None}
-    return {"index": 0, "text": text, "finish_reason": finish, **ending, "logprobs": None}
+        return {"index": 0, key: body, "finish_reason": finish, **ending, "logprobs": logprobs}
+    return {"index": 0, "text": text, "finish_reason": finish, **ending, "logprobs": logprobs}
+
+
+class _Scores:
+    """The log-probabilities of one choice (logprobs_wire.py), when its request asks for them."""
+
+    def __init__(self, request: GenerateRequest, chat: bool):
+        self.wanted = request.logprobs
+        self._completion = None if chat else CompletionLogprobs()
+        self._pending: list = []
+
+    def add(self, chunk: Chunk) -> None:
+        self._pending.extend(chunk.logprobs or [])
+
+    def take(self) -> dict | None:
+        """The wire shape of what was added since the last take; None when the request did not ask."""
+        if not self.wanted:
+            return None
+        entries, self._pending = self._pending, []
+        return chat_logprobs(entries) if self._completion is None else self._completion.wire(entries)
 
 
 def _object(chat: bool, stream: bool) -> str:
@@ -175,6 +198,7 @@ async def sse_events(
     finished = False
     completion_tokens = 0
     role_named = False
+    scores = _Scores(request, chat)
     ending: tuple | None = None  # (status, message, code, param) of an error ending
     try:
         try:
@@ -186,9 +210,10 @@ async def sse_events(
                 timer.tokens(chunk.num_tokens)
                 completion_tokens += chunk.num_tokens
                 finish = _openai_finish(chunk.finish_reason)
+                scores.add(chunk)
                 if chunk.text or chunk.reasoning or chunk.tool_calls or finish is not None:
                     choice = _choice(chat, chunk.text, finish, True, chunk.tool_calls, chunk.reasoning, not role_named,
-                                     chunk.matched_stop)
+                                     chunk.matched_stop, scores.take())
                     role_named = True
                     event = {**base, "choices": [choice]}
                     if continuous:
@@ -246,6 +271,7 @@ async def collect(
     parts: list[str] = []
     thoughts: list[str] = []
     tool_deltas: list[dict] = []
+    scores = _Scores(request, chat)
     tokens_sent = 0
     chunk = first
     try:
@@ -258,6 +284,7 @@ async def collect(
             parts.append(chunk.text)
             thoughts.append(chunk.reasoning)
             tool_deltas.extend(chunk.tool_calls or [])
+            scores.add(chunk)
             if chunk.finish_reason is not None:
                 break
             chunk = await next_chunk(stream, deadline)
@@ -291,6 +318,6 @@ async def collect(
         "created": int(time.time()),
         "model": model,
         "choices": [_choice(chat, "".join(parts), _openai_finish(chunk.finish_reason), False, calls, "".join(thoughts),
-                            matched_stop=chunk.matched_stop)],
+                            matched_stop=chunk.matched_stop, logprobs=scores.take())],
         "usage": usage_dict(chunk.usage),
     }

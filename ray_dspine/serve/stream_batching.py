@@ -10,7 +10,8 @@ Rules, for an interval T > 0 seconds over one request's stream of chunks:
   first    the first flush happens as soon as the first chunk arrives (TTFT is untouched); it passes on
            what has arrived by then, normally that one chunk.
   merge    after it, the chunks that arrive within each interval T pass on as one at the interval's end:
-           text, reasoning and tool-call deltas joined in order, tokens summed, the finish reason,
+           text, reasoning, tool-call deltas and log-probabilities joined in order (null when no chunk has any),
+           tokens summed, the finish reason,
            matched stop and usage of the last, and the stamps (replica, decode path, replica seconds) of the first. An
            interval in which nothing arrives passes nothing on.
   error    a chunk with an error is never merged: the chunks before it pass on first, then it alone.
@@ -55,10 +56,12 @@ def _merged(run: list[Chunk]) -> Chunk:
         return run[0]
     head, last = run[0], run[-1]
     calls = [delta for chunk in run for delta in (chunk.tool_calls or [])]
+    scored = [chunk.logprobs for chunk in run if chunk.logprobs is not None]
     return Chunk(
         text="".join(chunk.text for chunk in run),
         reasoning="".join(chunk.reasoning for chunk in run),
         tool_calls=calls or None,
+        logprobs=[entry for entries in scored for entry in entries] if scored else None,
         num_tokens=sum(chunk.num_tokens for chunk in run),
         finish_reason=last.finish_reason,
         matched_stop=last.matched_stop,

@@ -82,6 +82,38 @@ def test_stop_regex_and_no_stop_trim_end_the_answer_on_both_pools(serve_url):
         assert kept.json()["choices"][0]["matched_stop"] == "return", pool
 
 
+def test_log_probabilities_one_per_completion_token_with_the_openai_client(serve_url):
+    client = openai.OpenAI(base_url=f"{serve_url}/v1", api_key="unused", max_retries=0)
+    ask = dict(model=MODEL, messages=user("What is the capital of France?"), temperature=0, max_tokens=16,
+               logprobs=True, top_logprobs=2)  # fmt: skip
+    answers = {}
+    for pool in ("spec", "ar"):
+        answer = client.chat.completions.create(**ask, extra_headers={"x-dspine-pool": pool})
+        content = answer.choices[0].logprobs.content
+        assert len(content) == answer.usage.completion_tokens, pool  # a trimmed EOS is scored too
+        for entry in content:  # greedy: the chosen token is the likeliest of its two alternatives
+            assert entry.top_logprobs[0].token == entry.token and len(entry.top_logprobs) == 2, pool
+            assert entry.logprob <= 0 and entry.bytes == list(entry.token.encode()), pool
+        answers[pool] = content
+    assert [e.token for e in answers["spec"]] == [e.token for e in answers["ar"]]
+    assert [e.logprob for e in answers["spec"]] == pytest.approx([e.logprob for e in answers["ar"]], abs=1e-3)
+    # streamed, the events' entries add up to the same tokens
+    stream = client.chat.completions.create(**ask, stream=True, extra_headers={"x-dspine-pool": "spec"})
+    streamed = [e for event in stream for choice in event.choices for e in (choice.logprobs.content or [])
+                if choice.logprobs]  # fmt: skip
+    assert [e.token for e in streamed] == [e.token for e in answers["spec"]]
+    # completions: parallel lists, at most `logprobs` alternatives a token, offsets into the text
+    text = client.completions.create(model=MODEL, prompt="The sky is", max_tokens=8, temperature=0, logprobs=3)
+    scored = text.choices[0].logprobs
+    assert len(scored.tokens) == len(scored.token_logprobs) == text.usage.completion_tokens
+    assert all(len(top) <= 3 for top in scored.top_logprobs) and scored.text_offset[0] == 0
+    shown = [token for token, offset in zip(scored.tokens, scored.text_offset) if offset < len(text.choices[0].text)]
+    assert "".join(shown) == text.choices[0].text
+    # without logprobs, none
+    plain = client.chat.completions.create(**{**ask, "logprobs": False, "top_logprobs": None})
+    assert plain.choices[0].logprobs is None
+
+
 def test_completions_endpoint(serve_url):
     r = httpx.post(f"{serve_url}/v1/completions", json={"model": MODEL, "prompt": "The sky is", "max_tokens": 8, "temperature": 0}, timeout=60)
     assert r.status_code == 200 and r.json()["object"] == "text_completion"
@@ -111,7 +143,7 @@ BAD = [
     ("bad reasoning_effort", {"model": MODEL, "messages": user("hi"), "reasoning_effort": "extreme"}, 400, "reasoning_effort"),
     ("negative temperature", {"model": MODEL, "messages": user("hi"), "temperature": -1}, 400, "temperature"),
     ("tools", {"model": MODEL, "messages": user("hi"), "tools": [{"type": "function", "function": {"name": "f"}}]}, 400, "tools"),
-    ("logprobs", {"model": MODEL, "messages": user("hi"), "logprobs": True}, 400, "logprobs"),
+    ("top_logprobs without logprobs", {"model": MODEL, "messages": user("hi"), "top_logprobs": 2}, 400, "top_logprobs"),
     ("json mode", {"model": MODEL, "messages": user("hi"), "response_format": {"type": "json_object"}}, 400, "response_format"),
     ("tool_choice without tools", {"model": MODEL, "messages": user("hi"), "tool_choice": "required"}, 400, "tool_choice"),
 ]

@@ -170,5 +170,45 @@ def test_json_schema_and_penalties_reach_sglang(sglang_app):
     sent = set(_requests_seen(events)[-1]["keys"])
     assert {"response_format", "frequency_penalty", "logit_bias"} <= sent and "tools" not in sent
     refused = httpx.post(f"{url}/v1/chat/completions", json={
-        "model": MODEL, "messages": [{"role": "user", "content": "x"}], "logprobs": True})  # fmt: skip
-    assert refused.status_code == 400 and refused.json()["error"]["param"] == "logprobs"
+        "model": MODEL, "messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})  # fmt: skip
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "top_logprobs"
+
+
+def _top(token: str, logprob: float) -> dict:
+    return {"token": token, "bytes": list(token.encode()), "logprob": logprob}
+
+
+def _entry(token: str, logprob: float, top: list) -> dict:
+    return {**_top(token, logprob), "top_logprobs": top}
+
+
+def test_log_probabilities_come_back_from_sglang(sglang_app):
+    """The double gives output token i log-probability -(i + 1) / 8, and as alternatives the eos token
+    `<|im_end|>` at one less and the pad token `<|endoftext|>` at two less (double_scheduler.py rule `logprobs`);
+    SGLang's tokenizer manager spells each token and its OpenAI layer shapes the answer."""
+    url, events = sglang_app
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "count"}], "max_tokens": 3, "logprobs": True,
+            "top_logprobs": 2}  # fmt: skip
+    top = lambda token, value: [_top(token, value), _top("<|im_end|>", value - 1)]  # noqa: E731
+    expected = [_entry(f"t{i} ", -(i + 1) / 8, top(f"t{i} ", -(i + 1) / 8)) for i in range(3)]
+    answer = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=60).json()
+    assert answer["choices"][0]["logprobs"] == {"content": expected}
+    assert answer["usage"]["completion_tokens"] == 3
+    sent = _requests_seen(events)[-1]["keys"]
+    assert "logprobs" in sent and "top_logprobs" in sent
+    # streamed (3 tokens a verify step: one content event), the entries add up to the same list
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json={**body, "stream": True}, timeout=60) as response:
+        streamed = [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: {")]
+    choices = [choice for event in streamed for choice in event["choices"]]
+    assert [entry for c in choices for entry in (c["logprobs"] or {}).get("content", [])] == expected
+    # completions: OpenAI's parallel lists, alternatives as {token: logprob}, offsets into the text "t0 t1 t2 "
+    text = httpx.post(f"{url}/v1/completions", json={"model": MODEL, "prompt": "count", "max_tokens": 3,
+                                                     "logprobs": 1}, timeout=60).json()["choices"][0]  # fmt: skip
+    assert text["text"] == "t0 t1 t2 "
+    assert text["logprobs"] == {
+        "tokens": ["t0 ", "t1 ", "t2 "], "token_logprobs": [-0.125, -0.25, -0.375],
+        "top_logprobs": [{"t0 ": -0.125}, {"t1 ": -0.25}, {"t2 ": -0.375}], "text_offset": [0, 3, 6],
+    }
+    # without logprobs, none
+    plain = httpx.post(f"{url}/v1/chat/completions", json={**body, "logprobs": False, "top_logprobs": 0}, timeout=60)
+    assert plain.json()["choices"][0]["logprobs"] is None

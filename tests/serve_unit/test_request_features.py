@@ -29,11 +29,17 @@ def test_rule_defaults_that_sdks_send_always_pass():
         assert refused(completion(echo=False, best_of=1, suffix="", frequency_penalty=0), engine) is None
 
 
-def test_rule_logprobs_refused_on_every_pool():
+def test_rule_logprobs_served_by_embedded_and_sglang_pools():
     for engine in ("embedded", "sglang"):
-        assert refused(chat(logprobs=True), engine) == ("logprobs", "unsupported_parameter")
-        assert refused(chat(top_logprobs=3), engine) == ("top_logprobs", "unsupported_parameter")
-        assert refused(completion(logprobs=0), engine) == ("logprobs", "unsupported_parameter")
+        assert refused(chat(logprobs=True, top_logprobs=20), engine) is None
+        assert refused(completion(logprobs=0), engine) is None and refused(completion(logprobs=5), engine) is None
+        # top_logprobs asks for alternatives of log-probabilities nobody asked for: OpenAI refuses it
+        assert refused(chat(top_logprobs=3), engine) == ("top_logprobs", "invalid_value")
+        assert refused(chat(logprobs=False, top_logprobs=1), engine) == ("top_logprobs", "invalid_value")
+    # a simulated pool has no model to score tokens
+    assert refused(chat(logprobs=True), "simulated") == ("logprobs", "unsupported_parameter")
+    assert refused(completion(logprobs=0), "simulated") == ("logprobs", "unsupported_parameter")
+    assert refused(chat(logprobs=False, top_logprobs=0), "simulated") is None
 
 
 def test_rule_echo_best_of_suffix_refused_on_every_pool():
@@ -92,7 +98,7 @@ def test_rule_tool_choice_shape_and_needs_tools():
 
 
 def test_rule_order_first_broken_rule_is_named():
-    assert refused(chat(logprobs=True, tools=TOOLS, regex="a"))[0] == "logprobs"
+    assert refused(chat(logprobs=True, tools=TOOLS, regex="a"), "simulated")[0] == "logprobs"
     assert refused(chat(regex="a", tools=TOOLS))[0] == "regex"
 
 

@@ -239,3 +239,20 @@ def test_every_sglang_request_field_is_carried_refused_or_ignored_with_a_reason(
             assert name in ours | set(SGLANG_FIELDS_REFUSED) | set(SGLANG_FIELDS_IGNORED), name
             if name in SGLANG_FIELDS_REFUSED:  # the value that passes is SGLang's own default
                 assert SGLANG_FIELDS_REFUSED[name] == info.get_default(call_default_factory=True), name
+
+
+@pytest.mark.parametrize("chat", [True, False])
+def test_log_probabilities_are_asked_for_in_each_endpoints_own_fields(chat):
+    source = dict(messages=[ChatMessage(role="user", content="q")]) if chat else dict(prompt="q")
+    for top in (0, 3):
+        payload = build_payload(GenerateRequest(request_id="x2", max_tokens=4, logprobs=True, top_logprobs=top,
+                                                **source), MODEL)  # fmt: skip
+        assert unknown_keys(_sglang_class(payload), payload) == []
+        sglang = _sglang_class(payload).model_validate(payload)
+        if chat:  # SGLang's chat layer: return_logprob=request.logprobs, top_logprobs_num=request.top_logprobs or 0
+            assert (sglang.logprobs, sglang.top_logprobs or 0) == (True, top)
+            assert ("top_logprobs" in payload) is (top > 0)
+        else:  # its completions layer: return_logprob=logprobs is not None, top_logprobs_num=logprobs
+            assert sglang.logprobs == top
+    plain = build_payload(GenerateRequest(request_id="x3", max_tokens=4, **source), MODEL)
+    assert "logprobs" not in plain and "top_logprobs" not in plain

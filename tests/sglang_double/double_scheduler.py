@@ -30,6 +30,11 @@ Rules:
              of it: the last 200 characters of its prompt (special tokens kept) and its normalized
              SamplingParams' stop controls (stop_strs, stop_regex_strs, no_stop_trim, skip_special_tokens).
              Only stop_strs act on the double's answer (double_model.py rule `stop`).
+  logprobs   for a request with return_logprob, output token i (from 0, over the whole answer) has log-probability
+             -(i + 1) / 8; with top_logprobs_num n, its position's top list is that token at that value, then the
+             eos token at one less and the pad token at two less, cut to n (at most 3). They go in each output's
+             output_token_logprobs_* and output_top_logprobs_* lists, one value per token the output carries,
+             for SGLang's tokenizer manager to detokenize and its OpenAI layer to serve.
   abort      an AbortReq whose rid prefixes a running request's rid ends it at its next step with
              FINISH_ABORT (no status code: a client abort, so the OpenAI layer finishes with "abort").
   loads      LoadSnapshot: num_running_reqs, num_waiting_reqs 0, num_used_tokens = num_total_tokens =
@@ -70,6 +75,9 @@ class Running:
     steps: int = 0
     correct_drafts: int = 0
     histogram: list[int] = field(default_factory=list)
+    return_logprob: bool = False  # rule `logprobs`
+    top_logprobs: int = 0
+    scored: int = 0  # output tokens given a log-probability so far
 
 
 class SchedulerDouble:
@@ -124,7 +132,8 @@ class SchedulerDouble:
         prompt_ids = list(obj.input_ids)
         cached = self._cached(prompt_ids)
         self.prompts = (self.prompts + [prompt_ids])[-64:]
-        req = Running(rid=obj.rid, prompt_ids=prompt_ids, held=len(prompt_ids), reasoning=bool(obj.require_reasoning))
+        req = Running(rid=obj.rid, prompt_ids=prompt_ids, held=len(prompt_ids), reasoning=bool(obj.require_reasoning),
+                      return_logprob=bool(obj.return_logprob), top_logprobs=int(obj.top_logprobs_num or 0))
         self.running[req.rid] = req
         self._changed()
         params = obj.sampling_params
@@ -199,14 +208,18 @@ class SchedulerDouble:
         if self.drafter:
             spec = dict(spec_verify_ct=[req.steps], spec_num_correct_drafts=[req.correct_drafts],
                         spec_correct_drafts_histogram=[list(req.histogram)])
+        values, tops = self._logprobs(req, ids)
         batch = BatchStrOutput(
             rids=[req.rid], finished_reasons=[finish], output_strs=[delta], output_ids=[array("q", ids)],
             prompt_tokens=[len(req.prompt_ids)], completion_tokens=[completion],
             reasoning_tokens=[req.reasoning_tokens],
             cached_tokens=[cached], retraction_counts=[0],
-            input_token_logprobs_val=[], input_token_logprobs_idx=[], output_token_logprobs_val=[],
-            output_token_logprobs_idx=[], input_top_logprobs_val=[], input_top_logprobs_idx=[],
-            output_top_logprobs_val=[], output_top_logprobs_idx=[], input_token_ids_logprobs_val=[],
+            input_token_logprobs_val=[], input_token_logprobs_idx=[],
+            output_token_logprobs_val=[values], output_token_logprobs_idx=[list(ids)],
+            input_top_logprobs_val=[], input_top_logprobs_idx=[],
+            output_top_logprobs_val=[[[v for v, _ in top] for top in tops]],
+            output_top_logprobs_idx=[[[i for _, i in top] for top in tops]],
+            input_token_ids_logprobs_val=[],
             input_token_ids_logprobs_idx=[], output_token_ids_logprobs_val=[], output_token_ids_logprobs_idx=[],
             output_token_entropy_val=None, output_token_sampling_mask=None, output_hidden_states=None,
             routed_experts=None, indexer_topk=None, placeholder_tokens_idx=None, placeholder_tokens_val=None,
@@ -215,6 +228,17 @@ class SchedulerDouble:
         await self.tokenizer_manager._handle_batch_output(batch)
         self.tokenizer_manager.last_receive_tstamp = time.time()
         self._changed()
+
+    def _logprobs(self, req: Running, ids: list[int]) -> tuple[list[float], list[list[tuple[float, int]]]]:
+        """Rule `logprobs` for the tokens `ids` of one output: their values and, with top_logprobs, top lists."""
+        values = [-(req.scored + i + 1) / 8 for i in range(len(ids))] if req.return_logprob else []
+        req.scored += len(values)
+        if not req.top_logprobs:
+            return values, []
+        others = [self.tokenizer.eos_token_id, self.tokenizer.pad_token_id]
+        tops = [[(v, token), *((v - 1 - j, other) for j, other in enumerate(others))][: req.top_logprobs]
+                for v, token in zip(values, ids)]  # fmt: skip
+        return values, tops
 
     # --- pools, stats and loads ----------------------------------------------------------------------------
 

@@ -69,6 +69,7 @@ from .config import ROW_EXACT_MAX_ROWS, EmbeddedEngineConfig
 from .batch import fit_rows, forward_packed
 from .draft_policy import MatchedAcceptance, StepCosts
 from .kv_blocks import block_payload, cache_from_blocks
+from .logprobs import TokenTexts
 from .model import LoadedModel, load_model, resolve_num_threads, set_threads
 from .prompt import render_prompt
 from .sequence import (
@@ -120,6 +121,7 @@ class EmbeddedEngine:
         self._loader = loader
         self._clock = clock
         self._loaded: LoadedModel | None = None
+        self._token_texts: TokenTexts | None = None
         self._block_cache = BlockCache(config.prefix_block_tokens, config.kv_budget_tokens)
         self._admission = self._admission_for(config)
         self._cache_generation = 0
@@ -255,6 +257,12 @@ class EmbeddedEngine:
         slack = self.config.num_draft_tokens if self.config.speculative else 0
         return sequence.max_tokens + slack
 
+    def _texts(self) -> TokenTexts:
+        """Each token's text and bytes for log-probabilities (logprobs.py rule `text`), made at first need."""
+        if self._token_texts is None or self._token_texts.tokenizer is not self._loaded.tokenizer:
+            self._token_texts = TokenTexts(self._loaded.tokenizer)
+        return self._token_texts
+
     def _make_sequence(self, request: GenerateRequest) -> Sequence:
         return make_sequence(
             self.config, self._loaded, request, self._tokenize(request), self._drafter_enabled, self._pooled_acceptance
@@ -359,7 +367,7 @@ class EmbeddedEngine:
         if out.num_tokens == 0 and out.finish_reason is None:
             return
         with self._wake:
-            self._send(request_id, _chunk(out, sequence))
+            self._send(request_id, _chunk(out, sequence, self._texts))
             if out.finish_reason is not None:
                 self._finish(request_id)
 
@@ -461,7 +469,7 @@ class EmbeddedEngine:
                     self._accept_ema = (1 - alpha) * self._accept_ema + alpha * out.num_tokens
                 if out.num_tokens == 0 and out.finish_reason is None:
                     continue
-                self._send(request_id, _chunk(out, seq))
+                self._send(request_id, _chunk(out, seq, self._texts))
                 if out.finish_reason is not None:
                     self._finish(request_id)
 
@@ -476,12 +484,15 @@ class EmbeddedEngine:
             self._prefill_tokens_per_s = rate if previous == 0 else (1 - alpha) * previous + alpha * rate
 
 
-def _chunk(out: StepOutput, sequence: Sequence) -> Chunk:
-    """What a step sends its request: its text and tokens, with the usage once it finishes; or its error."""
+def _chunk(out: StepOutput, sequence: Sequence, texts) -> Chunk:
+    """What a step sends its request: its text and tokens (their log-probabilities when asked, spelled by
+    `texts()`, a logprobs.TokenTexts), with the usage once it finishes; or its error."""
     if out.error is not None:
         error = out.error
         return Chunk(finish_reason="error", error=str(error), error_status=error.status, error_param=error.param)
     chunk = Chunk(text=out.text, num_tokens=out.num_tokens, finish_reason=out.finish_reason)
+    if out.logprobs is not None:
+        chunk.logprobs = texts().wire(out.logprobs)
     if out.finish_reason is not None:
         chunk.usage = sequence.usage()
         chunk.matched_stop = sequence.matched_stop

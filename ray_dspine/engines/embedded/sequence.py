@@ -23,6 +23,10 @@ stop string or stop pattern ends the request at the token that completes it, lat
 (detokenizer.py).
 While fewer than min_tokens tokens are out, every logits row for a position below min_tokens has the end
 tokens at -inf, so none is chosen there.
+Rule `logprobs`: with the request's logprobs, every choice of tokens (the first token's, a verify step's) reads their
+log-probabilities off the rows it chose them from (logprobs.py), and the step's output carries those of the tokens
+it keeps, cut where the tokens are cut (an end token, max_tokens, a stop string), so a request gets one entry per
+completion token.
 Under `row_exact` (batch.py rule `row exact`) a draft is cut to ROW_EXACT_MAX_ROWS - 1 tokens and its
 block's attention runs one query row at a time, so every row's logits are a one-token step's bits.
 """
@@ -40,6 +44,7 @@ from .detokenizer import IncrementalDetokenizer
 from .draft_policy import AcceptanceTracker, MatchedAcceptance, StepCosts, choose_draft_length, prior_costs
 from .drafter import NgramDrafter
 from .kv_cache import SlabCache
+from .logprobs import Entry, entries
 from .speculative import accept_greedy, accept_sampled, penalised, target_probs
 
 
@@ -49,6 +54,7 @@ class StepOutput:
     num_tokens: int
     finish_reason: str | None
     num_drafted: int = -1  # draft tokens verified by this decode step; -1 for a prefill step
+    logprobs: list[Entry] | None = None  # rule `logprobs`: one per token of num_tokens
     error: EngineError | None = None  # set: the request ends with this error (finish_reason "error")
 
 
@@ -91,6 +97,9 @@ class Sequence:
     presence_penalty: float = 0.0
     repetition_penalty: float = 1.0
     logit_bias: torch.Tensor | None = None  # dense over the vocabulary; None: none
+    logprobs: bool = False  # rule `logprobs`
+    top_logprobs: int = 0
+    chosen_logprobs: list[Entry] | None = None  # of the tokens the last choice emitted, until `_emit` takes them
 
     def __post_init__(self) -> None:
         self.accept_histogram = [0] * self.histogram_size
@@ -160,8 +169,17 @@ def _adjusted(seq: Sequence, logits: torch.Tensor, draft: list[int]) -> torch.Te
 def _choose(seq: Sequence, logits: torch.Tensor, draft: list[int]) -> list[int]:
     logits = _adjusted(seq, logits, draft)
     if seq.temperature == 0.0:
-        return accept_greedy(logits, draft)
-    return accept_sampled(logits, draft, seq.temperature, seq.top_p, seq.generator, seq.top_k, seq.min_p)
+        emitted = accept_greedy(logits, draft)
+    else:
+        emitted = accept_sampled(logits, draft, seq.temperature, seq.top_p, seq.generator, seq.top_k, seq.min_p)
+    _note_logprobs(seq, logits, emitted)
+    return emitted
+
+
+def _note_logprobs(seq: Sequence, adjusted: torch.Tensor, tokens: list[int]) -> None:
+    """Rule `logprobs`: the entries of `tokens`, read off the rows of `adjusted` they were chosen from."""
+    if seq.logprobs:
+        seq.chosen_logprobs = entries(adjusted, seq.temperature, tokens, seq.top_logprobs)
 
 
 def next_chunk(seq: Sequence, chunk_tokens: int) -> list[int] | None:
@@ -181,6 +199,7 @@ def after_prefill(seq: Sequence, chunk: list[int], logits: torch.Tensor) -> Step
     else:
         probs = target_probs(last, seq.temperature, seq.top_p, seq.top_k, seq.min_p)[0]
         first = int(torch.multinomial(probs, 1, generator=seq.generator).item())
+    _note_logprobs(seq, last, [first])
     return _emit(seq, [first])
 
 
@@ -316,4 +335,5 @@ def _emit(seq: Sequence, tokens: list[int]) -> StepOutput:
     seq.last_token = tokens[-1]
     if seq.drafter is not None:
         seq.drafter.extend(tokens)
-    return StepOutput(text, len(tokens), seq.finished)
+    found, seq.chosen_logprobs = seq.chosen_logprobs, None
+    return StepOutput(text, len(tokens), seq.finished, logprobs=None if found is None else found[: len(tokens)])

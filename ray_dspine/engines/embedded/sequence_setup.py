@@ -90,6 +90,8 @@ def make_sequence(
         presence_penalty=request.presence_penalty,
         repetition_penalty=1.0 if request.repetition_penalty is None else request.repetition_penalty,
         logit_bias=bias,
+        logprobs=request.logprobs,
+        top_logprobs=request.top_logprobs if request.logprobs else 0,
         eos_token_ids=loaded.eos_token_ids,
         detokenizer=_detokenizer(loaded.tokenizer, request),
         drafter=drafter,

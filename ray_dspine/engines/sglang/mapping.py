@@ -11,7 +11,8 @@ SGLang picks them (a chat request takes the model's generation_config under SGLa
 (when non-zero), `logit_bias`, `stop_token_ids`, `stop_regex`, `regex`, `ebnf` (when set), `min_tokens` (when
 above 0), `ignore_eos` and `no_stop_trim` (when true) and `skip_special_tokens` (when false) go to both
 endpoints; `tools` with `tool_choice` and `parallel_tool_calls` (when set), `response_format` and
-`continue_final_message` (when true), to chat only.
+`continue_final_message` (when true), to chat only. A request's log-probabilities go as each endpoint asks for them:
+chat `logprobs: true` with `top_logprobs` (when above 0), completions `logprobs: <top_logprobs>`.
 
 Facts this rests on (SGLang 0.5.23's installed `sglang/srt/entrypoints/openai/`, checked by
 tests/sglang_contract/test_wire_requests.py): every key sent is a field of ChatCompletionRequest /
@@ -47,6 +48,10 @@ Rules:
   tool calls     `delta.tool_calls` (from --tool-call-parser: a call's first delta has its id and function
                  name, later ones null id and name and more `arguments` text) go out as `Chunk.tool_calls`
                  unchanged; a chunk with tool calls and no text is still yielded.
+  logprobs       an event's `choices[0].logprobs` goes out as `Chunk.logprobs`, one entry per token: chat's
+                 `content` entries as they are; completions' parallel lists as entries whose token and
+                 alternatives are SGLang's token strings, bytes their UTF-8 (that shape has no bytes). A chunk
+                 with log-probabilities and no text is still yielded.
 Complexity: O(1) per event.
 """
 
@@ -54,7 +59,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..protocol import Chunk, GenerateRequest, Usage
+from ..protocol import Chunk, GenerateRequest, TokenLogprob, TopLogprob, Usage
 
 
 def endpoint_for(request: GenerateRequest) -> str:
@@ -127,7 +132,13 @@ def build_payload(request: GenerateRequest, model: str) -> dict[str, Any]:
         payload["skip_special_tokens"] = False
     if request.messages is None:
         payload["prompt"] = request.prompt or ""
+        if request.logprobs:
+            payload["logprobs"] = request.top_logprobs
         return payload
+    if request.logprobs:
+        payload["logprobs"] = True
+        if request.top_logprobs:
+            payload["top_logprobs"] = request.top_logprobs
     payload["messages"] = [_message(message) for message in request.messages]
     if request.continue_final_message:
         payload["continue_final_message"] = True
@@ -164,6 +175,22 @@ def usage_from(completion_tokens: int, prompt_tokens: int, cached_tokens: int, s
         path=path,
         cached_prompt_tokens=cached_tokens,
     )
+
+
+def logprobs_from(body: Any) -> list[TokenLogprob] | None:
+    """Rule `logprobs`: the entries of one event's choice logprobs (chat's or completions' shape); None if none."""
+    if not isinstance(body, dict):
+        return None
+    if isinstance(body.get("content"), list):
+        return [TokenLogprob.model_validate(entry) for entry in body["content"]] or None
+    tokens = body.get("tokens") or []
+    tops = body.get("top_logprobs") or [None] * len(tokens)
+    entries = []
+    for token, value, top in zip(tokens, body.get("token_logprobs") or [], tops):
+        alternatives = [TopLogprob(token=t, bytes=list(t.encode("utf-8")), logprob=v) for t, v in (top or {}).items()]
+        entries.append(TokenLogprob(token=token, bytes=list(token.encode("utf-8")), logprob=value,
+                                    top_logprobs=alternatives))  # fmt: skip
+    return entries or None
 
 
 _FINISH = {"stop": "stop", "tool_calls": "tool_calls", "length": "length", "abort": "abort"}
@@ -210,12 +237,14 @@ class StreamMapper:
         if choice.get("finish_reason"):
             self.finish_reason = _FINISH.get(choice["finish_reason"], "stop")
             self.matched_stop = choice.get("matched_stop")
-        produced = bool(text or reasoning or tool_calls)
+        scored = logprobs_from(choice.get("logprobs"))
+        produced = bool(text or reasoning or tool_calls or scored)
         num_tokens = self.completion_tokens - previous if usage else (1 if produced else 0)
         if not produced and num_tokens <= 0:
             return []
         self.yielded_tokens += max(0, num_tokens)
-        return [Chunk(text=text, reasoning=reasoning, tool_calls=tool_calls, num_tokens=max(0, num_tokens))]
+        return [Chunk(text=text, reasoning=reasoning, tool_calls=tool_calls, num_tokens=max(0, num_tokens),
+                      logprobs=scored)]  # fmt: skip
 
     def finish(self) -> Chunk:
         """The last chunk: finish reason and usage (call after the stream ends with [DONE])."""
