@@ -117,6 +117,20 @@ def test_logprobs_are_the_models_own_speculative_or_not(loaded):
         assert len(top) == 2 and top[0] == (token, value) and top[1][1] <= value
 
 
+def test_rule_values_sampled_tempered_before_the_filters_speculative_or_not(loaded):
+    request = _request("Rename add to plus and return the whole code:\n" + CODE, max_tokens=24, temperature=0.7,
+                       top_p=0.9, seed=5)  # fmt: skip
+    for speculative in (False, True):
+        prompt, seq, found = _steps(loaded, request, speculative=speculative)
+        assert [token for token, _, _ in found] == seq.output_ids, speculative
+        with torch.inference_mode():
+            logits = loaded.model(input_ids=torch.tensor([prompt + seq.output_ids])).logits[0].float()
+        # log_softmax(z / T) over the whole vocabulary: top_p = 0.9 cuts what may be drawn, not the values
+        reference = torch.log_softmax(logits[len(prompt) - 1 : -1] / 0.7, dim=-1)
+        assert [value for _, value, _ in found] == pytest.approx(
+            [reference[i, token].item() for i, token in enumerate(seq.output_ids)], abs=1e-4), speculative
+
+
 def test_the_engine_sends_one_entry_per_completion_token(loaded):
     request = _request("Rename add to plus and return the whole code:\n" + CODE, max_tokens=40, top_logprobs=2)
     chunks, found = _decode(loaded, request, speculative=True)
