@@ -172,6 +172,15 @@ class CharTokenizer:
         text = "".join(f"{m['role']}: {m['content']}|" for m in messages)
         return text + ("assistant: " if add_generation_prompt else "")
 
+    def convert_ids_to_tokens(self, token_id):
+        return "</s>" if token_id == 95 else chr(token_id + 32)
+
+    def get_vocab(self):
+        return {self.convert_ids_to_tokens(i): i for i in range(96)}
+
+    def get_added_vocab(self):
+        return {"</s>": 95}
+
 
 def tiny_loaded(seed: int = 0):
     """The tiny model as a LoadedModel (torch and transformers imported here, not when this file loads: some
