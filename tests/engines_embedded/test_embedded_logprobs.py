@@ -50,6 +50,17 @@ def test_rule_top_likeliest_first_ties_to_the_smaller_id():
     assert [v for _, v in top] == pytest.approx([math.log(1 / 3), math.log(1 / 3), math.log(1 / 6)])
 
 
+def test_rule_top_is_the_first_n_of_a_stable_descending_sort_ties_at_the_cut_included():
+    generator = torch.Generator().manual_seed(0)
+    rows = torch.randint(0, 6, (40, 50), generator=generator).float()  # values 0..5 in 50 ids: ties everywhere
+    for n in (1, 3, 7, 20):
+        found = entries(rows, 0.0, [0] * 40, top=n)
+        ranked, order = torch.sort(torch.log_softmax(rows, dim=-1), dim=-1, descending=True, stable=True)
+        for i, (_, _, top) in enumerate(found):
+            assert [token for token, _ in top] == order[i, :n].tolist(), (n, i)
+            assert [value for _, value in top] == ranked[i, :n].tolist()
+
+
 @pytest.fixture(scope="module")
 def loaded():
     return load_model(EmbeddedEngineConfig(dtype="fp32"))

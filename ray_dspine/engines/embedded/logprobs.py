@@ -12,13 +12,16 @@ Rules:
           sampling). A value below float32's least (a masked token's -inf) is clamped to it, as SGLang clamps,
           so the JSON stays finite.
   top     with top_logprobs n >= 1: the n likeliest tokens of the row, the likeliest first, ties to the
-          smaller id (a stable sort). The emitted token is among them only if it ranks there.
+          smaller id: the first n of a stable descending sort of the row. Taken without sorting the vocabulary:
+          v = the row's n-th largest value (topk), then a stable sort of the ids with a value >= v, in id order
+          (n of them, more only where values tie at v), which gives the same n. The emitted token is among them
+          only if it ranks there.
   text    a token's `token` is its id decoded alone, special tokens included (SGLang's
           detokenize_logprob_tokens); its `bytes` are its raw bytes. A tokenizer is byte-level (GPT-2's BPE)
           when every piece of its base vocabulary (added tokens aside) is spelled in byte-level characters;
           then a piece so spelled goes through the GPT-2 byte decoder (a piece of a multi-byte character keeps
           its bytes, though its text is U+FFFD). Otherwise, and for an added token, the UTF-8 of its text.
-Complexity: O(rows x vocabulary) per step for log_softmax, O(vocabulary log vocabulary) per row for top n.
+Complexity: O(rows x vocabulary) per step for log_softmax and for top n's topk, then a sort of about n ids a row.
 """
 
 from __future__ import annotations
@@ -44,9 +47,11 @@ def entries(adjusted: torch.Tensor, temperature: float, tokens: list[int], top: 
     picked = values[torch.arange(len(tokens)), torch.tensor(tokens, dtype=torch.long)].tolist()
     alternatives: list[list[tuple[int, float]]] = [[] for _ in tokens]
     if top > 0:
-        ranked, order = torch.sort(values, dim=-1, descending=True, stable=True)
-        for i in range(len(tokens)):
-            alternatives[i] = list(zip(order[i, :top].tolist(), ranked[i, :top].tolist()))
+        floors = values.topk(top, dim=-1).values[:, -1]
+        for i, (row, floor) in enumerate(zip(values, floors)):
+            ids = torch.nonzero(row >= floor).flatten()
+            ranked, order = torch.sort(row[ids], descending=True, stable=True)
+            alternatives[i] = list(zip(ids[order[:top]].tolist(), ranked[:top].tolist()))
     return [(token, value, alt) for token, value, alt in zip(tokens, picked, alternatives)]
 
 
