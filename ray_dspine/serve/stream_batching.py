@@ -11,9 +11,8 @@ Rules, for an interval T > 0 seconds over one request's stream of chunks:
            what has arrived by then, normally that one chunk.
   merge    after it, the chunks that arrive within each interval T pass on as one at the interval's end:
            text, reasoning, tool-call deltas and log-probabilities joined in order (null when no chunk has any),
-           tokens summed, the finish reason,
-           matched stop and usage of the last, and the stamps (replica, decode path, replica seconds) of the first. An
-           interval in which nothing arrives passes nothing on.
+           tokens summed, the finish reason, matched stop and usage of the last, and the stamps (replica,
+           decode path, replica seconds) of the first. An interval in which nothing arrives passes nothing on.
   error    a chunk with an error is never merged: the chunks before it pass on first, then it alone.
   end      when the stream ends, what is pending passes on at once, without waiting out the interval;
            an exception the stream raised is raised after that.
