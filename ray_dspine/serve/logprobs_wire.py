@@ -4,8 +4,9 @@ Rules (entries e_1..e_n of one choice, or of one stream event, in token order):
   chat         `{"content": [{token, bytes, logprob, top_logprobs: [{token, bytes, logprob}]}]}`, each entry as it is
                (OpenAI's ChatCompletionTokenLogprob; SGLang's ChoiceLogprobs).
   completions  parallel lists `{tokens, token_logprobs, top_logprobs, text_offset}`: token_logprobs[i] = e_i's
-               logprob, top_logprobs[i] = {alternative's token: its logprob} in rank order (empty when none were
-               asked for), as OpenAI's legacy API and SGLang's LogProbs spell them.
+               logprob, top_logprobs[i] = {alternative's token: its logprob} in rank order, as OpenAI's legacy API
+               and SGLang's LogProbs spell them; a request that asked for no alternatives (`logprobs: 0`) gets
+               `top_logprobs: []`, as SGLang's `to_openai_style_logprobs` leaves it.
   lossless     in `tokens` and the `top_logprobs` keys, a token whose text holds U+FFFD and whose bytes are not
                valid UTF-8 (a piece of a multi-byte character) is written as its bytes read as Latin-1, one
                character per byte, so no two pieces share a key and the bytes can be recovered (SGLang's
@@ -44,7 +45,9 @@ def lossless(entry: TopLogprob) -> str:
 class CompletionLogprobs:
     """Rules `completions`, `lossless` and `text_offset` for one choice, over as many events as it takes."""
 
-    def __init__(self) -> None:
+    def __init__(self, alternatives: bool = True) -> None:
+        """`alternatives`: the request asked for at least one (rule `completions`)."""
+        self._alternatives = alternatives
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._chars = 0
 
@@ -56,6 +59,8 @@ class CompletionLogprobs:
         return {
             "tokens": [lossless(entry) for entry in entries],
             "token_logprobs": [entry.logprob for entry in entries],
-            "top_logprobs": [{lossless(top): top.logprob for top in entry.top_logprobs} for entry in entries],
+            "top_logprobs": [{lossless(top): top.logprob for top in entry.top_logprobs} for entry in entries]
+            if self._alternatives
+            else [],
             "text_offset": offsets,
         }

@@ -155,7 +155,7 @@ class _Scores:
 
     def __init__(self, request: GenerateRequest, chat: bool):
         self.wanted = request.logprobs
-        self._completion = None if chat else CompletionLogprobs()
+        self._completion = None if chat else CompletionLogprobs(request.top_logprobs > 0)
         self._pending: list = []
 
     def add(self, chunk: Chunk) -> None:

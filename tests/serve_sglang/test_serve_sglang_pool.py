@@ -209,6 +209,10 @@ def test_log_probabilities_come_back_from_sglang(sglang_app):
         "tokens": ["t0 ", "t1 ", "t2 "], "token_logprobs": [-0.125, -0.25, -0.375],
         "top_logprobs": [{"t0 ": -0.125}, {"t1 ": -0.25}, {"t2 ": -0.375}], "text_offset": [0, 3, 6],
     }
+    # `logprobs: 0` asks for no alternatives: SGLang and this stack leave top_logprobs empty
+    bare = httpx.post(f"{url}/v1/completions", json={"model": MODEL, "prompt": "count", "max_tokens": 2,
+                                                     "logprobs": 0}, timeout=60).json()["choices"][0]  # fmt: skip
+    assert bare["logprobs"]["token_logprobs"] == [-0.125, -0.25] and bare["logprobs"]["top_logprobs"] == []
     # without logprobs, none
     plain = httpx.post(f"{url}/v1/chat/completions", json={**body, "logprobs": False, "top_logprobs": 0}, timeout=60)
     assert plain.json()["choices"][0]["logprobs"] is None

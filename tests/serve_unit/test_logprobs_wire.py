@@ -47,6 +47,11 @@ def test_rule_completions_parallel_lists_and_text_offsets():
     }
 
 
+def test_rule_completions_no_alternatives_asked_an_empty_list():
+    wire = CompletionLogprobs(alternatives=False).wire(SNAKE[1:])
+    assert (wire["tokens"], wire["top_logprobs"]) == ([" \xf0\x9f", "\x90", "\x8d", "!"], [])
+
+
 def test_rule_text_offset_goes_on_across_a_streams_events():
     choice = CompletionLogprobs()
     assert [choice.wire(SNAKE[:2])["text_offset"], choice.wire(SNAKE[2:])["text_offset"]] == [[0, 1], [2, 2, 3]]
@@ -149,3 +154,9 @@ def test_sglangs_own_serializers_spell_the_engines_tokens_as_we_do(tokenizer):
         legacy.tokens, legacy.token_logprobs, legacy.top_logprobs)
     assert set(legacy.text_offset) == {-1}  # SGLang's "not supported yet"; ours are the characters' offsets
     assert wire["text_offset"][:3] == [0, 5, 6]
+    # completions `logprobs: 0`: SGLang's tokenizer manager sends no top lists, and its layer leaves them empty
+    bare = to_openai_style_logprobs(output_token_logprobs=triples, output_top_logprobs=None, tokenizer=tokenizer)
+    entries = TokenTexts(tokenizer).wire([(i, v, []) for i, v in zip(ids, values)])
+    plain = CompletionLogprobs(alternatives=False).wire(entries)
+    assert (plain["tokens"], plain["token_logprobs"], plain["top_logprobs"]) == (
+        bare.tokens, bare.token_logprobs, bare.top_logprobs) and bare.top_logprobs == []
