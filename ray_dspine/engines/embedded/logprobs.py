@@ -90,11 +90,15 @@ class TokenTexts:
             known = self._known[token_id] = (text, raw)
         return known
 
+    def top(self, token_id: int, value: float) -> TopLogprob:
+        text, raw = self.of(token_id)
+        return TopLogprob(token=text, bytes=raw, logprob=value)
+
     def wire(self, found: list[Entry]) -> list[TokenLogprob]:
         """The protocol's entries (engines/protocol.py TokenLogprob) for `found`."""
         out = []
         for token_id, value, alternatives in found:
             text, raw = self.of(token_id)
-            top = [TopLogprob(token=t, bytes=b, logprob=v) for t, b, v in ((*self.of(i), v) for i, v in alternatives)]
+            top = [self.top(i, v) for i, v in alternatives]
             out.append(TokenLogprob(token=text, bytes=raw, logprob=value, top_logprobs=top))
         return out
