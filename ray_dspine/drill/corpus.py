@@ -20,7 +20,7 @@ Rules (what each generator emits; `model` is the served model name, `limit` the 
   media types   text/plain, form, multipart, XML -> 415.
   methods       a method the route does not take -> 405; unknown routes -> 404.
   odd but valid token-id prompts, an empty prompt, a one-element prompt list, null optionals, content
-                parts, integer temperatures -> 200.
+                parts, integer temperatures, a tool turn, tools -> 200.
 Every case is a `Case`: method, path, body bytes, headers, expected status and (for 400s) expected param.
 """
 
@@ -100,6 +100,7 @@ RANGES = [  # (route, field, value, status[, param when not the field])
     (CHAT, "no_stop_trim", True, 200), (COMPLETIONS, "skip_special_tokens", False, 200),
     (CHAT, "skip_special_tokens", True, 200), (CHAT, "continue_final_message", True, 200),
     (COMPLETIONS, "continue_final_message", True, 400), (CHAT, "session_id", "s1", 400),
+    (CHAT, "tool_choice", "required", 400),
 ]
 
 
@@ -308,6 +309,8 @@ def odd_but_valid(model: str) -> list[Case]:
         ("tool turn", CHAT, {**ch, "messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": None,
          "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
          {"role": "tool", "content": "done", "tool_call_id": "c1"}]}),
+        ("tools", CHAT, {**ch, "tool_choice": "auto", "tools": [{"type": "function", "function": {
+         "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]}),
         ("unknown fields", CHAT, {**ch, "metadata": {"a": "b"}, "store": False, "service_tier": "auto"}),
         ("empty content", CHAT, {**ch, "messages": [{"role": "user", "content": ""}]}),
         ("unicode", CHAT, {**ch, "messages": [{"role": "user", "content": "héllo 😀 \u0000"}]}),

@@ -24,10 +24,12 @@ Rules, checked in this order; the first that applies refuses with 400, param = t
                       other than SGLang's default: refused on every pool. SGLANG_FIELDS_IGNORED are SGLang's
                       fields that do not change an answer here, each with the reason; SGLang's other fields are
                       the schema's own (openai_schema.py) and are carried or refused above.
-  tools               non-empty: sglang pools only (SGLang's --tool-call-parser turns calls into deltas).
+  tools               non-empty: embedded and sglang pools (a tool-call parser turns calls into deltas: SGLang's
+                      --tool-call-parser, the embedded engine's tool_parser.py); a simulated pool refuses them.
   tool_choice         must be "none", "auto", "required" or {"type": "function", "function": {"name": N}}
                       (code invalid_value); "required" or a named function needs `tools`, and N must name
-                      one of them (code invalid_value), as OpenAI answers.
+                      one of them (code invalid_value), as OpenAI answers. Either forces a call, which takes
+                      constrained decoding: sglang pools only.
 Complexity: O(number of tools).
 """
 
@@ -38,8 +40,10 @@ from dataclasses import dataclass
 
 from .openai_schema import ChatCompletionRequest, CompletionRequest
 
-# Engine kinds whose pools carry structured output and tools to the model.
+# Engine kinds whose pools carry structured output (and forced tool calls) to the model.
 FULL_FEATURE_ENGINES = frozenset({"sglang"})
+# Engine kinds whose pools read tool calls out of the model's answers.
+TOOL_ENGINES = frozenset({"embedded", "sglang"})
 # Engine kinds whose pools return log-probabilities.
 LOGPROB_ENGINES = frozenset({"embedded", "sglang"})
 
@@ -112,7 +116,7 @@ def refusal(parsed: ChatCompletionRequest | CompletionRequest, pool: str, engine
         if found is not None:
             return found
     if chat:
-        return _tools(parsed, where, full)
+        return _tools(parsed, where, engine_kind in TOOL_ENGINES, full)
     return None
 
 
@@ -169,12 +173,12 @@ def _completion_only(parsed, chat: bool) -> Refusal | None:
     return None
 
 
-def _tools(parsed: ChatCompletionRequest, where: str, full: bool) -> Refusal | None:
-    if parsed.tools and not full:
+def _tools(parsed: ChatCompletionRequest, where: str, served: bool, full: bool) -> Refusal | None:
+    if parsed.tools and not served:
         return Refusal(
             "tools",
-            f"`tools` is not supported by {where}: it has no tool-call parser; send the conversation "
-            "without `tools` (tool results as `tool` messages are fine)",
+            f"`tools` is not supported by {where}: it has no model to call them; send the conversation "
+            "without `tools` (tool results as `tool` messages are fine), or use an embedded or sglang pool",
         )
     choice = parsed.tool_choice
     if choice is None or choice in ("none", "auto"):
@@ -193,6 +197,9 @@ def _tools(parsed: ChatCompletionRequest, where: str, full: bool) -> Refusal | N
         return Refusal(
             "tool_choice", f"tool_choice names {named!r}, which is not among the request's tools", code="invalid_value"
         )
+    if not full:
+        return Refusal("tool_choice", f"tool_choice {json.dumps(choice)} is not served by {where}: forcing a call "
+                       'takes constrained decoding; send "auto" (the model decides) or use an sglang pool')  # fmt: skip
     return None
 
 

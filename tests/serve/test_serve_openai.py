@@ -6,6 +6,7 @@ import threading
 import httpx
 import openai
 import pytest
+from tool_conversation import WEATHER, two_shot
 
 pytestmark = pytest.mark.serve
 
@@ -114,6 +115,27 @@ def test_log_probabilities_one_per_completion_token_with_the_openai_client(serve
     assert plain.choices[0].logprobs is None
 
 
+def test_tool_calls_with_the_openai_client_streamed_or_not_on_both_pools(serve_url):
+    client = openai.OpenAI(base_url=f"{serve_url}/v1", api_key="unused")
+    ask = dict(model=MODEL, messages=two_shot("What's the weather in Tokyo?"), tools=[WEATHER], temperature=0,
+               max_tokens=40)  # fmt: skip
+    for pool in ("spec", "ar"):
+        choice = client.chat.completions.create(**ask, extra_headers={"x-dspine-pool": pool}).choices[0]
+        assert choice.finish_reason == "tool_calls" and choice.message.content is None, pool
+        (call,) = choice.message.tool_calls
+        assert (call.type, call.function.name, json.loads(call.function.arguments)) == (
+            "function", "get_weather", {"city": "Tokyo"})
+        assert call.id.startswith("call_") and len(call.id) == 29
+        events = list(client.chat.completions.create(**ask, stream=True, extra_headers={"x-dspine-pool": pool}))
+        deltas = [d for e in events for c in e.choices for d in c.delta.tool_calls or []]
+        assert [(d.index, d.function.name, d.function.arguments) for d in deltas] == [
+            (0, "get_weather", '{"city": "Tokyo"}')], pool
+        assert [c.finish_reason for e in events for c in e.choices if c.finish_reason] == ["tool_calls"]
+    # a question no tool answers is text
+    text = client.chat.completions.create(**{**ask, "messages": two_shot("Thanks! What is 2+2?")}).choices[0]
+    assert (text.message.content, text.message.tool_calls, text.finish_reason) == ("2 + 2 = 4", None, "stop")
+
+
 def test_completions_endpoint(serve_url):
     r = httpx.post(f"{serve_url}/v1/completions", json={"model": MODEL, "prompt": "The sky is", "max_tokens": 8, "temperature": 0}, timeout=60)
     assert r.status_code == 200 and r.json()["object"] == "text_completion"
@@ -142,7 +164,8 @@ BAD = [
     ("prompt beyond context", {"model": MODEL, "messages": user("word " * 1500), "max_tokens": 1}, 400, "messages"),
     ("bad reasoning_effort", {"model": MODEL, "messages": user("hi"), "reasoning_effort": "extreme"}, 400, "reasoning_effort"),
     ("negative temperature", {"model": MODEL, "messages": user("hi"), "temperature": -1}, 400, "temperature"),
-    ("tools", {"model": MODEL, "messages": user("hi"), "tools": [{"type": "function", "function": {"name": "f"}}]}, 400, "tools"),
+    ("tool_choice required", {"model": MODEL, "messages": user("hi"), "tool_choice": "required",
+                              "tools": [{"type": "function", "function": {"name": "f"}}]}, 400, "tool_choice"),
     ("top_logprobs without logprobs", {"model": MODEL, "messages": user("hi"), "top_logprobs": 2}, 400, "top_logprobs"),
     ("json mode", {"model": MODEL, "messages": user("hi"), "response_format": {"type": "json_object"}}, 400, "response_format"),
     ("tool_choice without tools", {"model": MODEL, "messages": user("hi"), "tool_choice": "required"}, 400, "tool_choice"),

@@ -79,9 +79,19 @@ def test_sampling_controls_pass_on_every_pool():
             chat(logit_bias=bad)
 
 
-def test_rule_tools_only_on_sglang_pools():
-    assert refused(chat(tools=TOOLS)) == ("tools", "unsupported_parameter")
+def test_rule_tools_on_embedded_and_sglang_pools_only():
+    assert refused(chat(tools=TOOLS), "simulated") == ("tools", "unsupported_parameter")
+    assert refused(chat(tools=TOOLS, tool_choice="auto"), "embedded") is None
     assert refused(chat(tools=TOOLS, tool_choice="auto"), "sglang") is None
+    assert refused(chat(tools=TOOLS, tool_choice="none"), "embedded") is None
+
+
+def test_rule_tool_choice_forcing_a_call_only_on_sglang_pools():
+    named = {"type": "function", "function": {"name": "run_tests"}}
+    assert refused(chat(tools=TOOLS, tool_choice="required"), "embedded") == ("tool_choice", "unsupported_parameter")
+    assert refused(chat(tools=TOOLS, tool_choice=named), "embedded") == ("tool_choice", "unsupported_parameter")
+    # a malformed choice is named as malformed first, on every pool
+    assert refused(chat(tools=TOOLS, tool_choice="always"), "embedded") == ("tool_choice", "invalid_value")
 
 
 def test_rule_tool_choice_shape_and_needs_tools():

@@ -12,7 +12,14 @@ worked out by hand:
   flag off       user "hi", assistant "Sure, the": the assistant turn rendered, then a new one:
                  "user: hi|assistant: Sure, the|assistant: "
   no text        user "hi", assistant with a tool call and no content, flag set: rendered as without the flag (the
-                 call flattened to JSON by prompt.py)
+                 call written in tool_parser.py's format by prompt.py rule `history`; the character tokenizer drops
+                 newlines)
+
+Rule `tools` with a template that reads tools: SGLang's chat serving hands the template its messages (tool-call
+arguments parsed by its own `normalize_assistant_tool_call_arguments`) and `tools=[tool.model_dump() ...]`; ours
+hands it prompt.py's turns. Both go through the same Jinja template (transformers' renderer, TOOLS_TEMPLATE
+below) and must give the same text. With the default template, which does not read tools, the tools block is in
+the system message, worked out by hand.
 """
 
 from __future__ import annotations
@@ -47,7 +54,7 @@ CASES = {  # name -> (messages, flag, the prompt's text, worked out by hand)
     "last is user": ([("user", "hi")], True, "user: hi|assistant: "),
     "flag off": ([("user", "hi"), ("assistant", "Sure, the")], False, "user: hi|assistant: Sure, the|assistant: "),
     "no text": ([("user", "hi"), ("assistant", None)], True,
-                'user: hi|assistant: {"arguments": "{}", "name": "f"}|assistant: '),
+                'user: hi|assistant: <tool_call>{"name": "f", "arguments": {}}</tool_call>|assistant: '),
 }
 
 
@@ -104,3 +111,82 @@ def test_sglangs_own_chat_serving_builds_the_same_prompt(name):
     pytest.importorskip("sglang")
     pairs, flag, text = CASES[name]
     assert sglangs(pairs, flag) == ids(text)
+
+
+TOOL = {"type": "function", "function": {"name": "get_weather", "description": "Weather now",
+                                         "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
+BLOCK = ("# ToolsYou can call functions to help answer. The functions are listed in <tools></tools> tags:<tools>"
+         '{"type": "function", "function": {"name": "get_weather", "description": "Weather now", "parameters": '
+         '{"type": "object", "properties": {"city": {"type": "string"}}}}}</tools>To call a function, answer with a '
+         "JSON object holding its name and arguments inside <tool_call></tool_call> tags:<tool_call>"
+         '{"name": <function name>, "arguments": <arguments as a JSON object>}</tool_call>')  # newlines dropped
+
+
+def tools_request(system: str | None = None, choice: str | None = None) -> GenerateRequest:
+    turns = ([ChatMessage(role="system", content=system)] if system is not None else []) + [
+        ChatMessage(role="user", content="hi")]
+    return GenerateRequest(request_id="p", max_tokens=8, messages=turns, tools=[TOOL], tool_choice=choice)
+
+
+def test_rule_tools_block_goes_in_the_system_message_when_the_template_does_not_read_tools():
+    assert render_prompt(Tokenizer(), tools_request()) == ids(f"system: {BLOCK}|user: hi|assistant: ")
+    brief = render_prompt(Tokenizer(), tools_request("Be brief."))
+    assert brief == ids(f"system: Be brief.{BLOCK}|user: hi|assistant: ")
+    assert render_prompt(Tokenizer(), tools_request("")) == ids(f"system: {BLOCK}|user: hi|assistant: ")
+    assert render_prompt(Tokenizer(), tools_request(choice="none")) == ids("user: hi|assistant: ")
+
+
+TOOLS_TEMPLATE = (
+    "{% if tools %}[tools:{% for t in tools %}{{ t.function.name }}={{ t.function.parameters | tojson }};{% endfor %}]"
+    "{% endif %}{% for m in messages %}<{{ m.role }}>{% if m.content %}{{ m.content }}{% endif %}"
+    "{% for c in m.tool_calls or [] %}(call {{ c.id }} {{ c.function.name }} {{ c.function.arguments | tojson }}"
+    "{% if c.function.arguments is mapping %} object{% endif %}){% endfor %}"
+    "{% if m.tool_call_id %}(for {{ m.tool_call_id }}){% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<assistant>{% endif %}"
+)
+CONVERSATION = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "Weather in Paris?"},
+    {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+    {"role": "tool", "content": "18 C", "tool_call_id": "c1"},
+    {"role": "user", "content": "And Tokyo?"},
+]
+
+
+@pytest.fixture(scope="module")
+def tools_tokenizer():
+    """A real transformers tokenizer whose chat template reads tools."""
+    from transformers import PreTrainedTokenizerFast
+    from tokenizers import Tokenizer as Fast, models, pre_tokenizers
+
+    fast = Fast(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
+    fast.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=fast, unk_token="[UNK]")
+    tokenizer.chat_template = TOOLS_TEMPLATE
+    return tokenizer
+
+
+def test_rule_tools_a_template_that_reads_tools_gets_what_sglang_gives_it(tools_tokenizer):
+    pytest.importorskip("sglang")
+    install_module_stand_ins()
+    from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest
+    from sglang.srt.entrypoints.openai.serving_chat import normalize_assistant_tool_call_arguments
+
+    from ray_dspine.engines.embedded.prompt import _template_input
+
+    parsed = ChatCompletionRequest(model="m", messages=CONVERSATION, tools=[TOOL])
+    theirs = [message.model_dump() for message in parsed.messages]
+    for message in theirs:
+        normalize_assistant_tool_call_arguments(message)
+    sglang_text = tools_tokenizer.apply_chat_template(
+        theirs, tools=[tool.model_dump() for tool in parsed.tools], add_generation_prompt=True, tokenize=False)
+    request = GenerateRequest(request_id="p", max_tokens=8, tools=[TOOL],
+                              messages=[ChatMessage.model_validate(m) for m in CONVERSATION])
+    turns, extra = _template_input(tools_tokenizer, request, request.messages)
+    text = tools_tokenizer.apply_chat_template(turns, add_generation_prompt=True, tokenize=False, **extra)
+    assert text == sglang_text == (
+        '[tools:get_weather={"type": "object", "properties": {"city": {"type": "string"}}};]<system>Be brief.'
+        '<user>Weather in Paris?<assistant>(call c1 get_weather {"city": "Paris"} object)<tool>18 C(for c1)'
+        "<user>And Tokyo?<assistant>"
+    )

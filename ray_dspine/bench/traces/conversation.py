@@ -31,6 +31,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from ...engines.embedded.tool_parser import call_text
 from .model import ToolCallMode, TraceMessage, TraceRequest, WorkloadClass
 from .synthetic import CHARS_PER_TOKEN, estimate_tokens
 
@@ -81,13 +82,7 @@ def session_starts(num_sessions: int, *, session_rate_per_s: float | None, seed:
 def flat_text(message: TraceMessage) -> str:
     """A message's text with its tool calls (if any) rendered in Qwen's `<tool_call>` form."""
     parts = [message.content] if message.content else []
-    for call in message.tool_calls or []:
-        try:
-            arguments: object = json.loads(call.function.arguments) if call.function.arguments else {}
-        except json.JSONDecodeError:
-            arguments = call.function.arguments
-        body = json.dumps({"name": call.function.name, "arguments": arguments}, ensure_ascii=False)
-        parts.append(f"<tool_call>\n{body}\n</tool_call>")
+    parts += [call_text(call.function.name, call.function.arguments) for call in message.tool_calls or []]
     if message.role == "tool":
         return f"<tool_response>\n{message.content or ''}\n</tool_response>"
     return "\n".join(parts)

@@ -44,6 +44,9 @@ chunks (admission rule, U = C / B blocks): the rest of the prompt then runs the 
 same bits, so a warm cache gives a cold cache's greedy output. The price: a turn re-prefills up to a chunk
 of its conversation plus the last answer.
 
+Tool calls (tool_parser.py): a request with active tools has its chunks read by a ToolCallReader as they
+leave the engine, which turns the calls in the text into tool-call deltas; decoding does not change.
+
 Adaptive drafting (draft_policy.py): each decode step is timed with the injected clock; those times
 give the step cost per draft length, one table per batch size n (a step alone: c(k) over its k draft
 tokens; a batched step of n verifying requests: c_n(k_tot) over the step's total draft tokens, rule
@@ -86,6 +89,7 @@ from .sequence import (
     run_step,
 )
 from .sequence_setup import make_sequence
+from .tool_parser import ToolCallReader, new_call_id
 
 log = logging.getLogger(__name__)
 
@@ -116,10 +120,12 @@ class EmbeddedEngine:
         *,
         loader: Callable[[EmbeddedEngineConfig], LoadedModel] = load_model,
         clock: Callable[[], float] = time.monotonic,
+        new_call_id: Callable[[], str] = new_call_id,
     ):
         self.config = config
         self._loader = loader
         self._clock = clock
+        self._new_call_id = new_call_id  # tool-call ids (tool_parser.py rule `ids`)
         self._loaded: LoadedModel | None = None
         self._token_texts: TokenTexts | None = None
         self._block_cache = BlockCache(config.prefix_block_tokens, config.kv_budget_tokens)
@@ -227,6 +233,9 @@ class EmbeddedEngine:
     async def generate(self, request: GenerateRequest) -> AsyncIterator[Chunk]:
         if self._loaded is None:
             raise EngineError("engine is not started", status=503)
+        calls = ToolCallReader.for_request(request, self._new_call_id)
+        if calls is not None:  # as SGLang: a call's markers may be special tokens
+            request = request.model_copy(update={"skip_special_tokens": False})
         sequence = self._make_sequence(request)
         queue: asyncio.Queue = asyncio.Queue()
         with self._wake:
@@ -242,7 +251,7 @@ class EmbeddedEngine:
         try:
             while True:
                 chunk: Chunk = await queue.get()
-                yield chunk
+                yield chunk if calls is None else calls.read(chunk)
                 if chunk.finish_reason is not None:
                     return
         finally:

@@ -1,8 +1,16 @@
 """Turn a request into prompt token ids with the model's own chat template.
 
-Tool-call turns are flattened to text the template can render: an assistant message's `tool_calls`
-are appended as JSON lines, a `tool` message keeps its role and content. Raw completions are
-tokenized as given, without special tokens.
+Raw completions are tokenized as given, without special tokens.
+
+Rule `tools` (a request whose tools are active, tool_parser.py rule `active`): a chat template that reads
+`tools` (its source names them) is given the request's tools and the conversation's structured turns, as
+SGLang 0.5.23's chat serving gives them: assistant `tool_calls` with their arguments as JSON objects,
+`tool_call_id` and `name` on tool turns. A template that does not (the default model's) would hide the tools
+from the model, so the tools block (TOOLS_HEADER, one JSON line a tool, the call format) is put in the system
+message: after the first message's text when it is a system message, else as a new system message first.
+Rule `history` (templates that do not read tools, with or without active tools): an assistant turn's calls
+are written after its text in the format tool_parser.py reads (`call_text`), so the model sees its own calls
+as it is asked to write them; a `tool` turn keeps its role and its text.
 
 Rule `continue` (SGLang 0.5.23's serving_chat: `_handle_last_assistant_message`, then
 `_append_assistant_prefix_to_prompt_ids`): with `continue_final_message` and a last message from the
@@ -17,16 +25,63 @@ from __future__ import annotations
 
 import json
 
-from ..protocol import EngineError, GenerateRequest
+from ..protocol import ChatMessage, EngineError, GenerateRequest
+from .tool_parser import CALL_END, CALL_START, call_text, tools_active
+
+TOOLS_HEADER = "# Tools\n\nYou can call functions to help answer. The functions are listed in <tools></tools> tags:"
+CALL_FORMAT = ("To call a function, answer with a JSON object holding its name and arguments inside "
+               "<tool_call></tool_call> tags:")  # fmt: skip
 
 
-def message_text(message) -> str:
-    text = message.content or ""
-    calls = (message.model_extra or {}).get("tool_calls")
-    if calls:
-        rendered = "\n".join(json.dumps(call.get("function", call), sort_keys=True) for call in calls)
-        text = f"{text}\n{rendered}" if text else rendered
-    return text
+def tools_block(tools: list[dict]) -> str:
+    """The tools block of rule `tools` for a template that does not read tools."""
+    lines = "\n".join(json.dumps(tool, ensure_ascii=False) for tool in tools)
+    example = '{"name": <function name>, "arguments": <arguments as a JSON object>}'
+    return f"{TOOLS_HEADER}\n<tools>\n{lines}\n</tools>\n\n{CALL_FORMAT}\n{CALL_START}{example}{CALL_END}"
+
+
+def message_text(message: ChatMessage) -> str:
+    """Rule `history`: the turn's text, then its calls."""
+    calls = (message.model_extra or {}).get("tool_calls") or []
+    parts = [message.content] if message.content else []
+    parts += [call_text(call["function"]["name"], call["function"].get("arguments") or "") for call in calls]
+    return "\n".join(parts)
+
+
+def reads_tools(tokenizer) -> bool:
+    return "tools" in str(getattr(tokenizer, "chat_template", None) or "")
+
+
+def _structured(message: ChatMessage) -> dict:
+    """A turn as a tools-reading template takes it (rule `tools`)."""
+    turn = {"role": message.role, "content": message.content, **(message.model_extra or {})}
+    if turn.get("tool_calls"):
+        turn["tool_calls"] = [{**call, "function": {**call["function"], "arguments": _arguments(call["function"])}}
+                              for call in turn["tool_calls"]]  # fmt: skip
+    return turn
+
+
+def _arguments(function: dict) -> object:
+    try:
+        return json.loads(function.get("arguments") or "{}")
+    except json.JSONDecodeError:
+        return function.get("arguments")
+
+
+def _template_input(tokenizer, request: GenerateRequest, messages: list[ChatMessage]) -> tuple[list[dict], dict]:
+    """The turns and keyword arguments `apply_chat_template` gets (rules `tools` and `history`)."""
+    active = tools_active(request)
+    if reads_tools(tokenizer):
+        return [_structured(m) for m in messages], ({"tools": request.tools} if active else {})
+    turns = [{"role": m.role, "content": message_text(m)} for m in messages]
+    if active:
+        block = tools_block(request.tools or [])
+        if turns and turns[0]["role"] == "system":
+            text = turns[0]["content"]
+            turns[0] = {"role": "system", "content": f"{text}\n\n{block}" if text else block}
+        else:
+            turns.insert(0, {"role": "system", "content": block})
+    return turns, {}
 
 
 def render_prompt(tokenizer, request: GenerateRequest) -> list[int]:
@@ -39,8 +94,8 @@ def render_prompt(tokenizer, request: GenerateRequest) -> list[int]:
             raise EngineError("continue_final_message continues the last assistant message after the conversation "
                               "before it; send at least one message before it", status=400, param="messages",
                               code="invalid_value")  # fmt: skip
-    rendered = [{"role": m.role, "content": message_text(m)} for m in messages]
-    text = tokenizer.apply_chat_template(rendered, add_generation_prompt=True, tokenize=False)
+    turns, extra = _template_input(tokenizer, request, messages)
+    text = tokenizer.apply_chat_template(turns, add_generation_prompt=True, tokenize=False, **extra)
     ids = tokenizer.encode(text, add_special_tokens=False)
     if prefix is None:
         return ids
