@@ -9,8 +9,8 @@ Rules (what each generator emits; `model` is the served model name, `limit` the 
                 a chat field sent to completions (continue_final_message) and its fields no pool carries
                 (session_id) -> 400; their defaults and in-range values -> 200.
   messages      a message without content / with null content, a tool message without tool_call_id, an
-                assistant message with neither content nor tool_calls, unknown or missing role, a media part
-                -> 400 naming the field.
+                assistant message with neither content nor tool_calls, a call whose arguments are not a JSON
+                object, unknown or missing role, a media part -> 400 naming the field.
   surrogates    a lone UTF-16 surrogate in a message, the prompt, stop, user or a key -> 400 naming it.
   depth         nesting 65, 100, 1,000 and 10,000 deep (arrays and objects, at the top or in a field) ->
                 400; exactly 64 deep in an unknown field -> 200.
@@ -176,6 +176,10 @@ def messages(model: str) -> list[Case]:
             {"id": "c", "type": "function", "function": {"name": "f", "arguments": {}}}]}],
              "messages[1].tool_calls[0].function.arguments"),
     ]
+    for name, arguments in (("not JSON", "{path: a}"), ("a JSON list", "[1]"), ("NaN", '{"x": NaN}')):
+        cases.append(chat(f"tool call arguments {name}", [user, {"role": "assistant", "tool_calls": [
+            {"id": "c", "type": "function", "function": {"name": "f", "arguments": arguments}}]}],
+            "messages[1].tool_calls[0].function.arguments"))
     cases.append(_post("missing messages", CHAT, {"model": model}, 400, "messages"))
     cases.append(_post("missing prompt", COMPLETIONS, {"model": model}, 400, "prompt"))
     cases.append(_post("missing model", CHAT, {"messages": [user]}, 400, "model"))

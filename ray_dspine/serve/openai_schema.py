@@ -8,7 +8,9 @@ Rules:
              in [0, 2^31 - 1]; a value outside is a 400 naming the field.
   messages   a tagged union on `role`: system/developer/user/tool need `content` (a string or text parts;
              user parts may also be image/audio/file parts, which are refused as not served); `tool` needs
-             `tool_call_id`; `assistant` needs `content` or `tool_calls`.
+             `tool_call_id`; `assistant` needs `content` or `tool_calls`, and a call's `function.arguments`
+             must hold a JSON object, as SGLang 0.5.23's chat serving requires of the conversation's calls
+             (`normalize_assistant_tool_call_arguments`; NaN and Infinity are not JSON there either).
   prompt     a string (empty allowed), a list of one string, a list of token ids, or a list of one list of
              token ids; an empty list or more than one prompt is a 400.
   sglang     SGLang's own sampling fields, with SGLang 0.5.23's ranges (`SamplingParams.verify`): `top_k`
@@ -26,6 +28,7 @@ Rules:
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Annotated, Literal, Union
 
@@ -74,6 +77,21 @@ class FunctionCall(BaseModel):
     model_config = STRICT
     name: str
     arguments: str
+
+    @field_validator("arguments")
+    @classmethod
+    def _a_json_object(cls, value: str) -> str:
+        try:
+            parsed = json.loads(value, parse_constant=_no_constant)
+        except ValueError:
+            raise ValueError("must be a JSON object in a string, such as '{\"path\": \"a.py\"}'") from None
+        if not isinstance(parsed, dict):
+            raise ValueError(f"must be a JSON object in a string, not a JSON {type(parsed).__name__}")
+        return value
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
 
 
 class ToolCall(BaseModel):

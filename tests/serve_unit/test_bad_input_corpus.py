@@ -103,3 +103,19 @@ def test_token_id_outside_vocabulary_is_400(monkeypatch):
     response = asyncio.run(go())
     assert response.status_code == 400
     assert response.json()["error"]["message"] == "token id 1000 is outside the vocabulary (ids 0..999)"
+
+
+def test_a_calls_arguments_that_are_not_a_json_object_are_named(monkeypatch):
+    app, _core = ingress_app(monkeypatch)
+    call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": "[1]"}}
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": None, "tool_calls": [call]}]
+
+    async def go():
+        async with client(app) as http:
+            return await http.post("/v1/chat/completions", json={"model": MODEL, "messages": messages})
+
+    response = asyncio.run(go())
+    assert response.status_code == 400 and response.json()["error"] == {
+        "message": "messages[1].tool_calls[0].function.arguments: must be a JSON object in a string, not a JSON list",
+        "type": "invalid_request_error", "param": "messages[1].tool_calls[0].function.arguments",
+        "code": "invalid_value"}  # fmt: skip

@@ -256,3 +256,32 @@ def test_log_probabilities_are_asked_for_in_each_endpoints_own_fields(chat):
             assert sglang.logprobs == top
     plain = build_payload(GenerateRequest(request_id="x3", max_tokens=4, **source), MODEL)
     assert "logprobs" not in plain and "top_logprobs" not in plain
+
+
+ARGUMENTS = ["{}", '{"path": "a.py"}', '  {"a": [1, 2]}  ', "{path: a}", "[1]", '"a.py"', "", '{"x": NaN}',
+             '{"x": Infinity}', '{"a": 1} trailing', "null"]  # fmt: skip
+
+
+@pytest.mark.parametrize("arguments", ARGUMENTS)
+def test_a_calls_arguments_are_refused_where_sglangs_chat_serving_refuses_them(arguments):
+    """openai_schema's rule: the conversation's calls' arguments hold a JSON object, judged by SGLang's own
+    `parse_tool_call_arguments` (what its chat serving runs on every assistant call before the template)."""
+    from pydantic import ValidationError
+
+    from ray_dspine.serve.openai_schema import FunctionCall
+
+    install_module_stand_ins()
+    from sglang.srt.entrypoints.openai.serving_chat import parse_tool_call_arguments
+
+    try:
+        parse_tool_call_arguments(arguments)
+        theirs = True
+    except ValueError:
+        theirs = False
+    try:
+        FunctionCall(name="f", arguments=arguments)
+        ours = True
+    except ValidationError:
+        ours = False
+    assert ours == theirs
+    assert theirs == (arguments in ("{}", '{"path": "a.py"}', '  {"a": [1, 2]}  '))
