@@ -10,8 +10,8 @@ over the call's 32 tokens and 1.49 over the text's 8 (MEASURED with top_logprobs
 import asyncio
 
 import pytest
-from tool_conversation import WEATHER, two_shot
 
+from dspine_lab.engines.tool_call_rate import WEATHER, two_shot
 from ray_dspine.engines.embedded.config import EmbeddedEngineConfig
 from ray_dspine.engines.embedded.engine import EmbeddedEngine
 from ray_dspine.engines.embedded.model import load_model

@@ -6,7 +6,8 @@ import threading
 import httpx
 import openai
 import pytest
-from tool_conversation import WEATHER, two_shot
+
+from dspine_lab.engines.tool_call_rate import WEATHER, two_shot
 
 pytestmark = pytest.mark.serve
 
