@@ -24,7 +24,8 @@ Rules (SGLang's Qwen25Detector.detect_and_parse and OpenAIServingChat._process_t
              as one delta {index, id, type, function: {name, arguments}}, when its end tag arrives. Whitespace
              sent at the start of content is not taken back: where SGLang strips it in front of a call, the
              stream (and the answer assembled from it) keeps it.
-Complexity: O(answer length) over a whole stream; a chunk rescans only the text held since the last decision.
+Complexity: a chunk costs O(the text held): before a marker a few characters, after one the call still open
+(so a call of n characters streamed in k chunks is O(n k) character comparisons, in str.find).
 """
 
 from __future__ import annotations
