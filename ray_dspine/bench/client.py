@@ -5,6 +5,7 @@ text (`delta.content`, `delta.reasoning_content`, `delta.tool_calls`, or `text` 
 is a content chunk arriving at `clock() - t0`; TTFT is the first such arrival; ITL entries are the gaps
 between consecutive content chunks; E2E is the time the stream ended. A chunk's token count is the
 growth of `usage.completion_tokens` when the server streams cumulative usage on every chunk, else 1.
+An answer's calls (`answer_calls`): per call `index`, the first function name its deltas carry, by index.
 The final chunk (`choices: []` + `usage`) supplies prompt/output tokens and acceptance
 (`accept_length`, `verify_steps`, `accept_histogram`, `path`). A stream without `data: [DONE]` is
 "incomplete_stream"; a dropped connection is "stream_cut"; an HTTP status >= 400 is "http_error";
@@ -65,6 +66,8 @@ def build_body(request: TraceRequest, settings: ClientSettings) -> dict[str, Jso
         body["messages"] = [m.model_dump(exclude_none=True) for m in request.messages]
     else:
         body["messages"] = [{"role": "user", "content": text}]
+    if request.tools and settings.api == "chat":
+        body["tools"] = request.tools
     return body
 
 
@@ -79,6 +82,7 @@ class _Stream:
         self.finish_reason: str | None = None
         self.done = False
         self.text: list[str] = []
+        self.calls: dict[int, str] = {}  # a tool call's index -> its function's name
 
     def feed(self, data: str, offset_s: float) -> tuple[ErrorKind, str] | None:
         if data.strip() == "[DONE]":
@@ -103,6 +107,10 @@ class _Stream:
         if choice.get("finish_reason"):
             self.finish_reason = choice["finish_reason"]
         delta = choice.get("delta") or {}
+        for call in delta.get("tool_calls") or []:
+            name = (call.get("function") or {}).get("name")
+            if name and call.get("index", 0) not in self.calls:
+                self.calls[call.get("index", 0)] = name
         piece = choice.get("text") or delta.get("content") or delta.get("reasoning_content") or ""
         if piece or delta.get("tool_calls"):
             count = 1
@@ -263,4 +271,7 @@ class StreamingClient:
             start_unix_s=wall0,
             end_unix_s=wall0 + max(0.0, end - t0),
             output_text="".join(stream.text) if self.settings.keep_text else None,
+            num_tools=len(request.tools or []) if self.settings.api == "chat" else 0,
+            recorded_calls=request.recorded_calls,
+            answer_calls=[stream.calls[index] for index in sorted(stream.calls)],
         )

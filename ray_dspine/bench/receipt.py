@@ -69,6 +69,7 @@ class TraceInfo(BaseModel):
     max_prompt_tokens: int | None
     num_clamped: int = Field(ge=0)
     tool_calls: str
+    num_tools: int = Field(default=0, ge=0, description="Tools every request carried (--tools).")
 
 
 class Receipt(BaseModel):
@@ -195,6 +196,7 @@ def trace_info(trace: Trace) -> TraceInfo:
         max_prompt_tokens=trace.max_prompt_tokens,
         num_clamped=trace.num_clamped,
         tool_calls=trace.tool_calls,
+        num_tools=trace.num_tools,
     )
 
 

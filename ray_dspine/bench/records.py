@@ -80,6 +80,9 @@ class RequestRecord(BaseModel):
     start_unix_s: float = Field(description="Wall-clock send time.")
     end_unix_s: float = Field(description="Wall-clock end time.")
     output_text: str | None = Field(default=None, description="Generated text, only when asked to keep it.")
+    num_tools: int = Field(default=0, ge=0, description="Tools the request carried.")
+    recorded_calls: list[str] = Field(default_factory=list, description="Functions the recorded reply called.")
+    answer_calls: list[str] = Field(default_factory=list, description="Functions the answer called, by call index.")
 
     @property
     def ok(self) -> bool:

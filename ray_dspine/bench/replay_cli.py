@@ -19,7 +19,9 @@ from pydantic import ValidationError
 from .endpoint import EndpointUnreachable
 from .replay_run import ReplayOptions, ReplayOutcome, UnknownPools, load_trace_for, run_replay
 from .summary import ReplaySummary, describe_paired
+from .tool_agreement import describe as describe_agreement
 from .traces.loader import NAMED_TRACES, TraceNotFoundError
+from .traces.tools import NoToolsInTrace
 
 AfterWrite = Callable[[Path, argparse.Namespace], None]
 AFTER_WRITE: list[AfterWrite] = []
@@ -102,6 +104,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--api", choices=("chat", "completions"), default="chat", help="route (default %(default)s)")
     parser.add_argument("--tool-calls", choices=("native", "flatten"), default="native",
                         help="send tool calls as OpenAI messages or flatten them to text (default %(default)s)")
+    parser.add_argument("--tools", choices=("none", "from-trace"), default="none",
+                        help="send every request with the tools the trace's calls name, as an agent declares its "
+                        "tools, and count how often the answers call what the agent called (default %(default)s)")
     parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0, greedy)")
     parser.add_argument("--warmup", type=_non_negative_int, default=0, metavar="N", help="unmeasured warm-up requests")
     parser.add_argument("--repetitions", type=_positive_int, default=1, metavar="N", help="replay the trace N times")
@@ -124,6 +129,8 @@ def options_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser)
         parser.error("argument --time-scale: only valid with --arrivals")
     if not args.arrivals and args.max_in_flight is not None:
         parser.error("argument --max-in-flight: only valid with --arrivals")
+    if args.tools != "none" and args.api != "chat":
+        parser.error("argument --tools: tools are a chat field; use --api chat")
     try:
         return ReplayOptions(
             endpoint=args.endpoint, trace=args.trace, out_dir=args.out, traces_dir=args.traces_dir,
@@ -134,7 +141,7 @@ def options_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser)
             max_prompt_tokens=args.max_prompt_tokens,
             session_rate_per_s=args.session_rate, pool=args.pool, each_pool=args.each_pool or [],
             model=args.model, api=args.api,
-            tool_calls=args.tool_calls, temperature=args.temperature, warmup=args.warmup,
+            tool_calls=args.tool_calls, tools=args.tools, temperature=args.temperature, warmup=args.warmup,
             repetitions=args.repetitions, seed=args.seed, timeout_s=args.timeout_s, keep_text=args.keep_text,
             baseline_arm=args.baseline_arm, num_resamples=args.bootstrap_resamples,
             progress=not args.no_progress and not args.json, plots=not args.no_plots,
@@ -184,6 +191,10 @@ def format_summary(summary: ReplaySummary, outcome_dir: Path) -> str:
         lines.append("(each arm answered its own conversations, so these ratios compare different turns; "
                      "--each-pool sends every conversation to every pool and pairs the turns)")
     lines += [describe_paired(paired) for paired in summary.paired_ratios]
+    if summary.tool_calls is not None:
+        lines.append(describe_agreement(summary.tool_calls))
+        lines += [describe_agreement(found, f"  arm {arm}") for arm, found in summary.tool_calls_by_arm.items()
+                  if len(summary.tool_calls_by_arm) > 1]  # fmt: skip
     lines.append(f"wrote {outcome_dir}")
     return "\n".join(lines)
 
@@ -196,6 +207,8 @@ def run_from_args(
         trace = load_trace_for(options)
     except TraceNotFoundError as exc:
         parser.error(f"argument --trace: {exc}")
+    except NoToolsInTrace as exc:
+        parser.error(f"argument --tools: {exc}")
     except (ValueError, OSError) as exc:
         parser.error(f"argument --trace: cannot read {options.trace}: {exc}")
     if options.api == "completions" and any(r.messages is not None for r in trace.requests):

@@ -34,7 +34,7 @@ from .records import RecordWriter
 from .replay import ReplayConfig, ReplaySink, replay
 from .summary import ReplaySummary, summarize
 from .traces.loader import load_trace
-from .traces.model import Trace, ToolCallMode
+from .traces.model import ToolCallMode, ToolsMode, Trace
 
 RECORDS_FILE = "records.jsonl"
 SUMMARY_FILE = "summary.json"
@@ -74,6 +74,7 @@ class ReplayOptions(BaseModel):
     model: str | None = Field(default=None, description="Model name; default: first id of /v1/models.")
     api: Literal["chat", "completions"] = "chat"
     tool_calls: ToolCallMode = "native"
+    tools: ToolsMode = Field(default="none", description="Which tools the requests carry (traces/tools.py).")
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
     warmup: int = Field(default=0, ge=0, description="Unmeasured warm-up requests.")
     repetitions: int = Field(default=1, ge=1)
@@ -103,6 +104,7 @@ def load_trace_for(options: ReplayOptions) -> Trace:
         seed=options.seed,
         max_prompt_tokens=options.max_prompt_tokens,
         tool_calls=options.tool_calls,
+        tools=options.tools,
         session_rate_per_s=options.session_rate_per_s,
         max_conversations=options.max_conversations,
         max_requests=options.max_requests,

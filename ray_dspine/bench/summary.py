@@ -30,6 +30,7 @@ Rules (ok = finished without error; failed requests count only in the error figu
   stats.py (a cluster = one conversation of one repetition). Unlike `arm_ratios`, both sides hold the
   same turns, so which conversations an arm drew cannot move the ratio.
 - Errors by kind: "http_<status>" for HTTP errors, else the record's error kind.
+- Tool-call agreement (tool_agreement.py), overall and per arm, when requests carried tools.
 Parameters: num_resamples B >= 1 (default 1,000); seed for the bootstrap generator.
 Complexity: O(n log n + B * n) for n records.
 """
@@ -52,6 +53,7 @@ from .stats import (
     paired_cluster_ratio_ci,
     percentile,
 )
+from .tool_agreement import ToolCallAgreement, tool_agreement
 
 BASELINE_ARM_NAMES = ("autoregressive", "baseline", "control")
 NO_ARM = "(none)"
@@ -139,6 +141,8 @@ class ReplaySummary(BaseModel):
     arm_ratios: list[ArmRatio] = Field(default_factory=list)
     paired_ratios: list[PairedRatio] = Field(default_factory=list)
     baseline_arm: str | None = None
+    tool_calls: ToolCallAgreement | None = Field(default=None, description="Tool-call agreement, with tools sent.")
+    tool_calls_by_arm: dict[str, ToolCallAgreement] = Field(default_factory=dict)
     interrupted: bool = False
     num_resamples: int = Field(ge=1)
     confidence: float = Field(gt=0.0, lt=1.0)
@@ -345,6 +349,8 @@ def summarize(
         arm_ratios=ratios,
         paired_ratios=paired_ratios(by_arm_records, baseline, rng, num_resamples, confidence) if baseline else [],
         baseline_arm=baseline,
+        tool_calls=tool_agreement(records),
+        tool_calls_by_arm={arm: found for arm in arms if (found := tool_agreement(by_arm_records[arm])) is not None},
         interrupted=interrupted,
         num_resamples=num_resamples,
         confidence=confidence,

@@ -10,7 +10,9 @@ Behaviour is chosen by markers in the prompt's last message:
 - "FAIL429": answer 429 with an OpenAI error body;
 - "CUTOFF": stream two content chunks, then drop the connection mid-body;
 - "SLOW": wait `slow_s` before the first chunk;
-- "NODONE": end the body cleanly after the content chunks, with no usage chunk and no [DONE].
+- "NODONE": end the body cleanly after the content chunks, with no usage chunk and no [DONE];
+- "CALL <name>", with <name> among the request's `tools`: answer with that call, as SGLang streams one (a
+  delta with its id and name, then one with its arguments "{}"), finish reason "tool_calls", 2 tokens.
 Otherwise it streams min(max_tokens, max_output_tokens) tokens, two per chunk (the last may hold one),
 `chunk_delay_s` apart: n tokens -> ceil(n/2) verify steps, histogram [n % 2, n // 2].
 Arm: "dflash2" when the session id contains "dflash", else "dspine".
@@ -150,6 +152,18 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if "SLOW" in text:
             time.sleep(owner.slow_s)
+        tools = {tool["function"]["name"] for tool in body.get("tools") or []}
+        called = text.split("CALL ", 1)[1].split()[0] if chat and "CALL " in text else None
+        if called in tools:
+            first = {"index": 0, "id": "call_0", "type": "function", "function": {"name": called, "arguments": ""}}
+            rest = {"index": 0, "function": {"arguments": "{}"}}
+            for sent, call in enumerate((first, rest), start=1):
+                choice = {"index": 0, "delta": {"tool_calls": [call]}, "finish_reason": None}
+                self._chunk({"object": "chunk", "choices": [choice], "usage": {"completion_tokens": sent}})
+            self._chunk({"object": "chunk", "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
+            self._chunk({"object": "chunk", "choices": [], "usage": {"prompt_tokens": 100, "completion_tokens": 2}})
+            self._chunk("[DONE]")
+            return
         num_tokens = min(int(body["max_tokens"]), owner.max_output_tokens)
         sent = 0
         while sent < num_tokens:

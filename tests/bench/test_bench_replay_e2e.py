@@ -273,6 +273,8 @@ def test_cli_out_that_cannot_be_a_folder_exits_2_before_any_request(trace_file, 
         (["--each-pool", "agent-xhigh"], "--each-pool"),
         (["--each-pool", "a,a"], "--each-pool"),
         (["--pool", "a", "--each-pool", "a,b"], "--each-pool"),
+        (["--tools", "from-trace"], "--tools"),  # the trace records no call
+        (["--tools", "from-trace", "--api", "completions"], "--tools"),
     ],
 )
 def test_cli_bad_arguments_exit_2_naming_the_flag(argv, flag, trace_file, tmp_path, capsys):

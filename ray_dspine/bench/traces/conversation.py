@@ -2,8 +2,9 @@
 
 Rules:
 - Turn rule: every assistant message at position a becomes one request whose `messages` are the
-  history `m[0:a]` (recorded tool results included) and whose `max_tokens` is the recorded reply's
-  estimated length, `max(1, ceil(chars(flat(m[a])) / 4))`. Turn k of a conversation is sent only after
+  history `m[0:a]` (recorded tool results included), whose `max_tokens` is the recorded reply's
+  estimated length, `max(1, ceil(chars(flat(m[a])) / 4))`, and whose `recorded_calls` are the names of the
+  functions `m[a]` called. Turn k of a conversation is sent only after
   turn k-1 finished, so the replay is a multi-turn agent. A conversation with no assistant message
   becomes one request over all its messages with `default_max_tokens`.
 - Token estimate of a message list: `sum(ceil(chars(flat(m)) / 4) + MESSAGE_OVERHEAD_TOKENS)` with
@@ -175,13 +176,15 @@ def requests_from_conversation(
 ) -> list[TraceRequest]:
     """Apply the turn rule (then flatten and clamp) to one recorded conversation."""
     turns = [a for a, m in enumerate(messages) if m.role == "assistant"]
-    plans: list[tuple[list[TraceMessage], int]] = [
-        (messages[:a], max(1, estimate_tokens(flat_text(messages[a])))) for a in turns if a > 0
-    ]
+    plans: list[tuple[list[TraceMessage], int, list[str]]] = [
+        (messages[:a], max(1, estimate_tokens(flat_text(messages[a]))),
+         [call.function.name for call in messages[a].tool_calls or []])
+        for a in turns if a > 0
+    ]  # fmt: skip
     if not turns and messages:
-        plans = [(messages, default_max_tokens)]
+        plans = [(messages, default_max_tokens, [])]
     requests: list[TraceRequest] = []
-    for turn_index, (history, max_tokens) in enumerate(plans):
+    for turn_index, (history, max_tokens, calls) in enumerate(plans):
         shaped = flatten_tool_messages(history) if tool_calls == "flatten" else history
         recorded = estimate_messages_tokens(shaped)
         clamped = clamp_messages(shaped, max_prompt_tokens)
@@ -196,6 +199,7 @@ def requests_from_conversation(
                 prompt_tokens=estimate_messages_tokens(clamped),
                 recorded_prompt_tokens=recorded,
                 max_tokens=max_tokens,
+                recorded_calls=calls,
                 source=source,
             )
         )

@@ -9,7 +9,8 @@ Limit rule: sessions are ordered by their first request's position in arrival or
 `skip_conversations` drops the first K sessions (a tuning set left out of a report, or the other way
 round), `max_conversations` keeps the first N of the rest, then `max_requests` keeps the first N requests in
 arrival order (a stable sort on `arrival_s`, so ties keep file order: a conversation's turns stay in
-order). Complexity: O(n log n) for n requests, plus parsing.
+order). Tools (`tools`): "from-trace" gives every request the trace's tools (tools.py), "none" none.
+Complexity: O(n log n) for n requests, plus parsing.
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ import os
 from pathlib import Path
 
 from .azure import parse_azure
-from .model import ToolCallMode, Trace, TraceRequest
+from .model import ToolCallMode, ToolsMode, Trace, TraceRequest
 from .mooncake import parse_mooncake
 from .openai_log import parse_openai_log
 from .tau_bench import parse_tau_bench
+from .tools import NoToolsInTrace, tools_from_trace
 
 NAMED_TRACES: dict[str, str] = {
     "mooncake": "mooncake/conversation_trace.jsonl",
@@ -122,6 +124,7 @@ def load_trace(
     max_conversations: int | None = None,
     max_requests: int | None = None,
     skip_conversations: int = 0,
+    tools: ToolsMode = "none",
 ) -> Trace:
     """Parse a named trace or a file into a `Trace` (requests in arrival order)."""
     name, path = resolve_trace_path(name_or_path, traces_dir)
@@ -149,9 +152,15 @@ def load_trace(
             session_rate_per_s=session_rate_per_s,
             source=name,
         )
+    schemas = tools_from_trace(requests) if tools == "from-trace" else []
+    if tools == "from-trace" and not schemas:
+        raise NoToolsInTrace(f"trace {name!r} records no tool calls, so it has no tools to send; leave out --tools "
+                             "or replay an agent trace (tau-bench, an OpenAI log with tool calls)")
     requests = limit_requests(
         requests, max_conversations=max_conversations, max_requests=max_requests, skip_conversations=skip_conversations
     )
+    for request in requests:
+        request.tools = schemas or None
     return Trace(
         name=name,
         path=path.resolve(),
@@ -160,6 +169,8 @@ def load_trace(
         seed=seed,
         max_prompt_tokens=max_prompt_tokens,
         tool_calls=tool_calls,
+        tools=tools,
+        num_tools=len(schemas),
         num_clamped=sum(1 for r in requests if r.clamped),
         requests=requests,
     )

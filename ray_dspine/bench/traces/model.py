@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 WorkloadClass = Literal["agent", "chat", "code"]
 ToolCallMode = Literal["native", "flatten"]
+ToolsMode = Literal["none", "from-trace"]  # which tools requests are sent with (tools.py)
 
 
 class ToolFunction(BaseModel):
@@ -75,6 +76,10 @@ class TraceRequest(BaseModel):
     prefix_block_ids: list[int] = Field(
         default_factory=list, description="Trace's 512-token prefix block ids (Mooncake hash_ids); empty if none."
     )
+    recorded_calls: list[str] = Field(
+        default_factory=list, description="Functions the recorded reply called, in order; empty for a text reply."
+    )
+    tools: list[dict] | None = Field(default=None, description="OpenAI tool schemas sent with the request (tools.py).")
     source: str = Field(description="Trace name this request came from.")
 
     @model_validator(mode="after")
@@ -101,6 +106,8 @@ class Trace(BaseModel):
     seed: int = Field(description="Seed used for arrival spreading and session start times.")
     max_prompt_tokens: int | None = Field(default=None, description="Clamp applied to prompts, if any.")
     tool_calls: ToolCallMode = Field(description="Whether tool calls were kept native or flattened to text.")
+    tools: ToolsMode = Field(default="none", description="Which tools the requests carry.")
+    num_tools: int = Field(default=0, ge=0, description="Tools each request carries.")
     num_clamped: int = Field(ge=0, description="Requests whose prompt the clamp shortened.")
     requests: list[TraceRequest]
 
