@@ -49,6 +49,6 @@ def tool_agreement(records: Sequence[RequestRecord]) -> ToolCallAgreement | None
 
 
 def describe(agreement: ToolCallAgreement, label: str = "tool calls") -> str:
-    return (f"{label}: {agreement.call_turns} turns the agent answered with a call: {agreement.answered_with_call} "
-            f"answered with a call, {agreement.same_calls} with the same functions; {agreement.text_turns} turns "
-            f"it answered in text: {agreement.text_turns_with_call} answered with a call")  # fmt: skip
+    return (f"{label}: of {agreement.call_turns} turns where the agent called, {agreement.answered_with_call} "
+            f"answered with a call, {agreement.same_calls} with the agent's calls; of {agreement.text_turns} where "
+            f"it wrote text, {agreement.text_turns_with_call} answered with a call")  # fmt: skip

@@ -133,5 +133,5 @@ def test_a_replay_with_the_traces_tools_counts_the_answers_calls(agent_trace, tm
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())["tool_calls"]
     assert summary == {"call_turns": 2, "answered_with_call": 1, "same_calls": 1, "text_turns": 2,
                        "text_turns_with_call": 1, "same_calls_share": 0.5}  # fmt: skip
-    assert ("tool calls: 2 turns the agent answered with a call: 1 answered with a call, 1 with the same functions; "
-            "2 turns it answered in text: 1 answered with a call") in printed
+    assert ("tool calls: of 2 turns where the agent called, 1 answered with a call, 1 with the agent's calls; "
+            "of 2 where it wrote text, 1 answered with a call") in printed

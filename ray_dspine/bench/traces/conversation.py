@@ -3,9 +3,9 @@
 Rules:
 - Turn rule: every assistant message at position a becomes one request whose `messages` are the
   history `m[0:a]` (recorded tool results included), whose `max_tokens` is the recorded reply's
-  estimated length, `max(1, ceil(chars(flat(m[a])) / 4))`, and whose `recorded_calls` are the names of the
-  functions `m[a]` called. Turn k of a conversation is sent only after
-  turn k-1 finished, so the replay is a multi-turn agent. A conversation with no assistant message
+  estimated length, `max(1, ceil(chars(flat(m[a])) / 4))`, and whose `recorded_calls` are the names of
+  the functions `m[a]` called. Turn k of a conversation is sent only after turn k-1 finished, so the
+  replay is a multi-turn agent. A conversation with no assistant message
   becomes one request over all its messages with `default_max_tokens`.
 - Token estimate of a message list: `sum(ceil(chars(flat(m)) / 4) + MESSAGE_OVERHEAD_TOKENS)` with
   MESSAGE_OVERHEAD_TOKENS = 4 (role markers of a chat template).
