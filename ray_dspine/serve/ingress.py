@@ -175,7 +175,7 @@ class IngressCore:
             reasoning_level=level,
             session_id=session,
             prefix_hashes=prefix_hashes(text, PREFIX_BLOCK_CHARS),
-            estimated_prompt_tokens=len(token_ids) if token_ids else len(text) // CHARS_PER_TOKEN_ESTIMATE + 1,
+            estimated_prompt_tokens=len(token_ids) if token_ids else _estimate_tokens(text, parsed, chat),
             pool=pool,
             arm=arm,
             tools=parsed.tool_dicts() if chat else None,
@@ -421,6 +421,14 @@ def _engine_messages(parsed) -> list[ChatMessage]:
                            code="unsupported_parameter") from exc
         messages.append(ChatMessage(role=message.role, content=text, **message.tool_fields()))
     return messages
+
+
+def _estimate_tokens(text: str, parsed, chat: bool) -> int:
+    """The prompt's tokens before any tokenizer sees it: its text's characters, and the tools' JSON where the
+    template will render them (tool_choice "none" renders none, in SGLang's serving and the embedded engine's),
+    at CHARS_PER_TOKEN_ESTIMATE characters a token."""
+    tools = parsed.tool_dicts() if chat and parsed.tool_choice != "none" else None
+    return (len(text) + (len(json.dumps(tools)) if tools else 0)) // CHARS_PER_TOKEN_ESTIMATE + 1
 
 
 def _session_fields(body: dict, messages: list[ChatMessage] | None) -> dict:

@@ -114,3 +114,18 @@ def test_sampling_fields_left_out_stay_unset_and_sglangs_own_fields_are_carried(
              "max_tokens": 64}
     typed, _ = ingress.build_request({**base, **asked}, request(), chat=True)
     assert {name: getattr(typed, name) for name in asked} == asked
+
+
+def test_the_prompt_estimate_counts_the_tools_the_template_will_render():
+    ingress = core()
+    read = [{"type": "function", "function": {"name": "read"}}]  # json.dumps: 52 characters
+
+    def estimate(**fields):
+        body = {"model": "smollm2-135m-instruct", "messages": [{"role": "user", "content": "x" * 392}], **fields}
+        typed, _ = ingress.build_request(body, request(), chat=True)
+        return typed.estimated_prompt_tokens
+
+    # the conversation's canonical text: "user", a separator, 392 x, three separators and a newline = 400 characters
+    assert estimate() == 400 // 4 + 1 == 101
+    assert estimate(tools=read) == (400 + 52) // 4 + 1 == 114
+    assert estimate(tools=read, tool_choice="none") == 101  # no template renders them
