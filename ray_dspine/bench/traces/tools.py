@@ -13,8 +13,7 @@ Complexity: O(calls).
 
 from __future__ import annotations
 
-import json
-
+from ...engines.embedded.tool_parser import call_arguments
 from .model import TraceRequest
 
 DESCRIPTION = "A function the recorded agent called (its schema is not in the trace)."
@@ -33,10 +32,7 @@ def tools_from_trace(requests: list[TraceRequest]) -> list[dict]:
         for message in request.messages or []:
             for call in message.tool_calls or []:
                 seen = arguments.setdefault(call.function.name, set())
-                try:
-                    value = json.loads(call.function.arguments or "{}")
-                except json.JSONDecodeError:
-                    continue
+                value = call_arguments(call.function.arguments)
                 if isinstance(value, dict):
                     seen.update(value)
     return [

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 
 from ..protocol import ChatMessage, EngineError, GenerateRequest
-from .tool_parser import CALL_END, CALL_START, call_text, tools_active
+from .tool_parser import CALL_END, CALL_START, call_arguments, call_text, tools_active
 
 TOOLS_HEADER = "# Tools\n\nYou can call functions to help answer. The functions are listed in <tools></tools> tags:"
 CALL_FORMAT = ("To call a function, answer with a JSON object holding its name and arguments inside "
@@ -56,16 +56,11 @@ def _structured(message: ChatMessage) -> dict:
     """A turn as a tools-reading template takes it (rule `tools`)."""
     turn = {"role": message.role, "content": message.content, **(message.model_extra or {})}
     if turn.get("tool_calls"):
-        turn["tool_calls"] = [{**call, "function": {**call["function"], "arguments": _arguments(call["function"])}}
-                              for call in turn["tool_calls"]]  # fmt: skip
+        turn["tool_calls"] = [
+            {**call, "function": {**call["function"], "arguments": call_arguments(call["function"].get("arguments"))}}
+            for call in turn["tool_calls"]
+        ]
     return turn
-
-
-def _arguments(function: dict) -> object:
-    try:
-        return json.loads(function.get("arguments") or "{}")
-    except json.JSONDecodeError:
-        return function.get("arguments")
 
 
 def _template_input(tokenizer, request: GenerateRequest, messages: list[ChatMessage]) -> tuple[list[dict], dict]:

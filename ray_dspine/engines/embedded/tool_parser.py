@@ -40,14 +40,19 @@ CALL_START = "<tool_call>\n"
 CALL_END = "\n</tool_call>"
 
 
-def call_text(name: str, arguments: str) -> str:
-    """A call as the format writes it (for the conversation's earlier turns); `arguments` is the OpenAI
-    JSON string, written as the JSON value it holds (as the string itself when it is not JSON)."""
+def call_arguments(arguments: str | None) -> object:
+    """The JSON value an OpenAI call's `arguments` string holds: {} when empty, the string itself when it is
+    not JSON."""
     try:
-        value: object = json.loads(arguments) if arguments else {}
+        return json.loads(arguments) if arguments else {}
     except json.JSONDecodeError:
-        value = arguments
-    body = json.dumps({"name": name, "arguments": value}, ensure_ascii=False)
+        return arguments
+
+
+def call_text(name: str, arguments: str) -> str:
+    """A call as the format writes it (for the conversation's earlier turns), its arguments as `call_arguments`
+    reads them."""
+    body = json.dumps({"name": name, "arguments": call_arguments(arguments)}, ensure_ascii=False)
     return f"{CALL_START}{body}{CALL_END}"
 
 
