@@ -65,6 +65,9 @@ class GenerateRequest(BaseModel):
         default=None, description="OpenAI tool_choice, with tools; None: the engine's default."
     )
     parallel_tool_calls: bool | None = Field(default=None, description="OpenAI parallel_tool_calls, with tools.")
+    stream: bool = Field(
+        default=False, description="The client reads the answer as it comes: tool calls stream as they are written."
+    )
     response_format: dict | None = Field(
         default=None,
         description="OpenAI response_format (json_object, json_schema), for engines with constrained decoding.",

@@ -181,6 +181,7 @@ class IngressCore:
             tools=parsed.tool_dicts() if chat else None,
             tool_choice=parsed.tool_choice if chat and parsed.tools else None,
             parallel_tool_calls=parsed.parallel_tool_calls if chat and parsed.tools else None,
+            stream=parsed.stream is True,
             response_format=_response_format(parsed) if chat else None,
             frequency_penalty=parsed.frequency_penalty or 0.0,
             presence_penalty=parsed.presence_penalty or 0.0,

@@ -10,7 +10,8 @@ Rules, for an interval T > 0 seconds over one request's stream of chunks:
   first    the first flush happens as soon as the first chunk arrives (TTFT is untouched); it passes on
            what has arrived by then, normally that one chunk.
   merge    after it, the chunks that arrive within each interval T pass on as one at the interval's end:
-           text, reasoning, tool-call deltas and log-probabilities joined in order (null when no chunk has any),
+           text, reasoning, tool-call deltas and log-probabilities joined in order (null when no chunk has any;
+           one call's consecutive deltas as one, tool_calls.py rule `join`),
            tokens summed, the finish reason, matched stop and usage of the last, and the stamps (replica,
            decode path, replica seconds) of the first. An interval in which nothing arrives passes nothing on.
   error    a chunk with an error is never merged: the chunks before it pass on first, then it alone.
@@ -29,6 +30,7 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from ..engines.protocol import Chunk
+from .tool_calls import join_deltas
 
 Sleep = Callable[[float], Awaitable[None]]
 
@@ -54,7 +56,7 @@ def _merged(run: list[Chunk]) -> Chunk:
     if len(run) == 1:
         return run[0]
     head, last = run[0], run[-1]
-    calls = [delta for chunk in run for delta in (chunk.tool_calls or [])]
+    calls = join_deltas(delta for chunk in run for delta in (chunk.tool_calls or []))
     scored = [chunk.logprobs for chunk in run if chunk.logprobs is not None]
     return Chunk(
         text="".join(chunk.text for chunk in run),

@@ -1,4 +1,4 @@
-"""Assemble a non-streaming answer's tool calls from the streamed deltas.
+"""Assemble a non-streaming answer's tool calls from the streamed deltas, and join one call's deltas.
 
 Rules (OpenAI's streaming format, as SGLang's tool-call parser emits it):
   key        deltas belong to the call with their `index`; a delta without one belongs to the last call
@@ -8,6 +8,9 @@ Rules (OpenAI's streaming format, as SGLang's tool-call parser emits it):
   arguments  `function.arguments` is the concatenation of the deltas' argument strings, in arrival
              order ("" when none came).
   output     one {"id", "type": "function", "function": {"name", "arguments"}} per call, by index.
+  join       (for one streamed chunk that carries several deltas) a delta with the same index as the one
+             before it and no id or name is joined to it: one delta, the arguments concatenated. Assembled
+             by the rules above, the joined list gives the same calls.
 Complexity: O(deltas).
 """
 
@@ -32,3 +35,18 @@ def merge_tool_calls(deltas: Iterable[dict]) -> list[dict]:
         if function.get("arguments"):
             call["function"]["arguments"] += function["arguments"]
     return [calls[index] for index in sorted(calls)]
+
+
+def join_deltas(deltas: Iterable[dict]) -> list[dict]:
+    """Rule `join`."""
+    joined: list[dict] = []
+    for delta in deltas:
+        function = delta.get("function") or {}
+        last = joined[-1] if joined else None
+        if (last is not None and delta.get("index") == last.get("index") and delta.get("id") is None
+                and function.get("name") is None):  # fmt: skip
+            joined_function = last["function"]
+            joined_function["arguments"] = (joined_function.get("arguments") or "") + (function.get("arguments") or "")
+            continue
+        joined.append({**delta, "function": dict(function)})
+    return joined

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 
 from ray_dspine.engines.embedded.tool_parser import ToolCallReader, call_text, parse_block, tools_active
 from ray_dspine.engines.protocol import ChatMessage, Chunk, GenerateRequest
@@ -16,13 +17,15 @@ def ids():
     return lambda: f"call_{next(counter):024x}"
 
 
-def reader(parallel: bool = True) -> ToolCallReader:
-    return ToolCallReader({"get_weather", "now"}, parallel, ids())
+def reader(parallel: bool = True, streamed: bool = False) -> ToolCallReader:
+    return ToolCallReader({"get_weather", "now"}, parallel, ids(), streamed)
 
 
-def run(pieces: list[str], finish: str = "stop", parallel: bool = True) -> tuple[list[str], list[dict], str]:
+def run(
+    pieces: list[str], finish: str = "stop", parallel: bool = True, streamed: bool = False
+) -> tuple[list[str], list[dict], str]:
     """Each piece one chunk, the last one finishing: (texts sent, deltas sent, finish reason)."""
-    calls = reader(parallel)
+    calls = reader(parallel, streamed)
     out = [calls.read(Chunk(text=p, num_tokens=1, finish_reason=finish if i == len(pieces) - 1 else None))
            for i, p in enumerate(pieces)]  # fmt: skip
     return [c.text for c in out], [d for c in out for d in c.tool_calls or []], out[-1].finish_reason
@@ -67,6 +70,8 @@ def test_rule_calls_left_to_right_lists_and_parameters():
 def test_rule_calls_broken_json_unknown_names_and_non_objects_are_dropped():
     assert parse_block('{"name": "get_weather", "arguments": {', {"get_weather"}) == []
     assert parse_block('{"name": "rm_rf", "arguments": {}}', {"get_weather"}) == []
+    assert parse_block('{"name": ["get_weather"], "arguments": {}}', {"get_weather"}) == []  # a name is a string
+    assert parse_block('{"name": "get_weather", "arguments": {"n": ' + "9" * 5000 + "}}", {"get_weather"}) == []
     assert parse_block('[3, {"name": "get_weather", "arguments": {"q": "é"}}]', {"get_weather"}) == [
         ("get_weather", '{"q": "é"}')
     ]
@@ -123,6 +128,80 @@ def test_call_text_writes_arguments_as_json():
     assert call_text("now", '{"tz": "UTC"}') == '<tool_call>\n{"name": "now", "arguments": {"tz": "UTC"}}\n</tool_call>'
     assert call_text("now", "") == '<tool_call>\n{"name": "now", "arguments": {}}\n</tool_call>'
     assert call_text("now", "not json") == '<tool_call>\n{"name": "now", "arguments": "not json"}\n</tool_call>'
+
+
+def args(index: int, text: str) -> dict:
+    return {"index": index, "function": {"arguments": text}}
+
+
+def by_chunk(pieces: list[str], finish: str = "stop", parallel: bool = True) -> list[list[dict]]:
+    """Streamed: the deltas each chunk carries."""
+    calls = reader(parallel, streamed=True)
+    out = [calls.read(Chunk(text=p, num_tokens=1, finish_reason=finish if i == len(pieces) - 1 else None))
+           for i, p in enumerate(pieces)]  # fmt: skip
+    return [c.tool_calls or [] for c in out]
+
+
+def test_rule_whole_is_for_requests_not_streamed():
+    assert ToolCallReader.for_request(request(tools=TOOLS))._streamed is False
+    assert ToolCallReader.for_request(request(tools=TOOLS, stream=True))._streamed is True
+    pieces = [WEATHER[:40], WEATHER[40:]]
+    assert by_chunk(pieces) != [[], [delta(0, "get_weather", '{"city": "Tokyo"}')]]
+    assert run(pieces)[1] == [delta(0, "get_weather", '{"city": "Tokyo"}')]
+
+
+def test_rule_streamed_the_name_first_then_the_arguments_as_they_are_written():
+    pieces = ['<tool_call>\n{"name": "get_', 'weather", "arguments": {"ci', 'ty": "Tok', 'yo"}}\n</tool_', "call>"]
+    assert by_chunk(pieces) == [
+        [],
+        [delta(0, "get_weather", ""), args(0, '{"ci')],
+        [args(0, 'ty": "Tok')],
+        [args(0, 'yo"}')],
+        [],
+    ]
+    # the arguments in json.dumps's form, whatever the spacing: a scalar when the character after it arrives
+    pieces = ['<tool_call>\n{"name":"now","arguments":{ "tz" :"UTC" ,"n":1E', "2", "}}\n</tool_call>"]
+    assert by_chunk(pieces) == [[delta(0, "now", ""), args(0, '{"tz": "UTC", "n": ')], [], [args(0, "100.0}")]]
+    # arguments written before the name go out with it; no arguments at all is "{}" at the object's end
+    pieces = ['<tool_call>\n{"arguments": {"tz": "UTC"}, "name": "n',
+              'ow"}\n</tool_call>\n<tool_call>\n{"name": "now"', "}"]  # fmt: skip
+    assert by_chunk(pieces) == [
+        [],
+        [delta(0, "now", ""), args(0, '{"tz": "UTC"}'), delta(1, "now", "")],
+        [args(1, "{}")],
+    ]
+
+
+def test_rule_streamed_lists_unknown_names_and_early_breaks_go_whole_at_the_end_tag():
+    listed = '<tool_call>\n[{"name": "now", "arguments": {}}]\n</tool_call>'
+    assert by_chunk([listed[:30], listed[30:]]) == [[], [delta(0, "now", "{}")]]
+    unknown = '<tool_call>\n{"name": "rm_rf", "arguments": {}}\n</tool_call>'
+    assert by_chunk([unknown[:25], unknown[25:]]) == [[], []]
+    early = '<tool_call>\n{"name" "now"}\n</tool_call>\n' + WEATHER
+    assert sum(by_chunk([early[:20], early[20:]]), []) == [delta(0, "get_weather", ""), args(0, '{"city": "Tokyo"}')]
+    # parallel false: a second call is read whole and dropped
+    assert sum(by_chunk([WEATHER + "\n" + WEATHER], parallel=False), []) == [
+        delta(0, "get_weather", ""), args(0, '{"city": "Tokyo"}')]  # fmt: skip
+
+
+def test_rule_streamed_what_went_out_stays_where_the_block_breaks_later():
+    broken = ['<tool_call>\n{"name": "now", "arg', 'uments": {"tz": "UTC" "x"}}\n</tool_call>']
+    assert by_chunk(broken) == [[delta(0, "now", "")], [args(0, '{"tz": "UTC"')]]
+    assert run(broken)[1] == [] and by_chunk(["".join(broken)]) == [[]]  # read whole: it does not parse
+    cut = '<tool_call>\n{"name": "now", "arguments": {"tz": "U'
+    assert by_chunk([cut], finish="length") == [[delta(0, "now", ""), args(0, '{"tz": "U')]]
+    repeated = '<tool_call>\n{"name": "now", "arguments": {"a": 1, "a": 2}}\n</tool_call>'
+    (sent,) = by_chunk([repeated])
+    assert sent[1] == args(0, '{"a": 1, "a": 2}') and json.loads(sent[1]["function"]["arguments"]) == {"a": 2}
+    assert run([repeated])[1] == [delta(0, "now", '{"a": 2}')]
+
+
+def test_rule_streamed_finish_and_text_after_calls():
+    calls = reader(streamed=True)
+    first = calls.read(Chunk(text=WEATHER + "\nDone <tool"))
+    assert first.text == "" and len(first.tool_calls) == 2
+    last = calls.read(Chunk(text="box>", finish_reason="stop", matched_stop=2))
+    assert (last.text, last.tool_calls, last.finish_reason, last.matched_stop) == ("", None, "tool_calls", None)
 
 
 def test_errors_pass_through():

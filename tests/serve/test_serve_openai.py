@@ -129,8 +129,10 @@ def test_tool_calls_with_the_openai_client_streamed_or_not_on_both_pools(serve_u
         assert call.id.startswith("call_") and len(call.id) == 29
         events = list(client.chat.completions.create(**ask, stream=True, extra_headers={"x-dspine-pool": pool}))
         deltas = [d for e in events for c in e.choices for d in c.delta.tool_calls or []]
-        assert [(d.index, d.function.name, d.function.arguments) for d in deltas] == [
-            (0, "get_weather", '{"city": "Tokyo"}')], pool
+        # the name first, with an id; then arguments only (how many deltas depends on the stream's batching)
+        assert (deltas[0].index, deltas[0].function.name, deltas[0].id[:5]) == (0, "get_weather", "call_"), pool
+        assert all((d.index, d.id, d.function.name) == (0, None, None) for d in deltas[1:])
+        assert "".join(d.function.arguments or "" for d in deltas) == '{"city": "Tokyo"}'
         assert [c.finish_reason for e in events for c in e.choices if c.finish_reason] == ["tool_calls"]
     # a question no tool answers is text
     text = client.chat.completions.create(**{**ask, "messages": two_shot("Thanks! What is 2+2?")}).choices[0]

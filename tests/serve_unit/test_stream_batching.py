@@ -141,7 +141,8 @@ def test_rule_merge_keeps_last_finish_and_usage_and_first_stamps():
     assert merged.text == "xy" and merged.num_tokens == 7
     assert (merged.finish_reason, merged.matched_stop, merged.usage) == ("stop", "END", usage)
     assert (merged.replica, merged.path, merged.replica_s) == ("r1", "speculative", 0.5)
-    assert [d["function"]["arguments"] for d in merged.tool_calls] == ["", "{}"]
+    assert merged.tool_calls == [{**opening, "function": {"name": "f", "arguments": "{}"}}]  # one call: one delta
+    assert opening["function"]["arguments"] == ""  # the chunks' deltas are not changed
 
 
 def test_rule_error_chunks_are_never_merged():

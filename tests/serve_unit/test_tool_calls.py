@@ -1,6 +1,6 @@
 """One test per rule in ray_dspine/serve/tool_calls.py."""
 
-from ray_dspine.serve.tool_calls import merge_tool_calls
+from ray_dspine.serve.tool_calls import join_deltas, merge_tool_calls
 
 
 def delta(index, arguments, id=None, name=None):
@@ -31,3 +31,13 @@ def test_rule_null_id_or_name_never_replaces():
 
 def test_rule_no_deltas_no_calls():
     assert merge_tool_calls([]) == []
+
+
+def test_rule_join_one_calls_consecutive_deltas():
+    deltas = [delta(0, "", "c0", "f"), delta(0, '{"x": '), delta(0, "1}"), delta(1, "", "c1", "g"), delta(1, "{}"),
+              delta(0, " ")]  # fmt: skip
+    joined = join_deltas(deltas)
+    assert [(d["index"], d["id"], d["function"]["name"], d["function"]["arguments"]) for d in joined] == [
+        (0, "c0", "f", '{"x": 1}'), (1, "c1", "g", "{}"), (0, None, None, " ")]
+    assert merge_tool_calls(joined) == merge_tool_calls(deltas)
+    assert deltas[0]["function"]["arguments"] == ""  # the input is not changed

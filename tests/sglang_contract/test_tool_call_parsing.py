@@ -3,7 +3,13 @@
 SGLang's side: `FunctionCallParser(tools, "qwen25").parse_non_stream(answer)`, what its chat serving calls on a
 finished answer (`_process_tool_calls`): the content and each call's name and arguments. Ours: tool_parser.py's
 ToolCallReader over the answer in one chunk, in two chunks split at every position, and one character a chunk.
-The content the stream sends adds up to SGLang's content; the calls are SGLang's, in order.
+The content the stream sends adds up to SGLang's content; the calls are SGLang's, in order. That holds for
+requests read whole (rule `whole`) and, except where a block breaks after its name went out, for streamed ones
+(rule `streamed`, its deltas assembled as serve/tool_calls.py and OpenAI's clients assemble them).
+
+Streamed, one character a chunk, against SGLang's own streaming parser (`parse_stream_chunk`, what its chat
+serving runs on each streamed piece): each call's name goes out at the same character, and at every character
+the arguments SGLang has sent are a prefix of ours (ours run ahead: SGLang waits for a string to close).
 
 Two answers differ on purpose, each checked for what tool_parser.py says instead:
   leading whitespace   "\\n\\nHi\\n" + call: SGLang strips the content to "Hi"; a stream has sent "\\n\\nHi" before the
@@ -18,6 +24,7 @@ import pytest
 
 from ray_dspine.engines.embedded.tool_parser import ToolCallReader
 from ray_dspine.engines.protocol import Chunk
+from ray_dspine.serve.tool_calls import merge_tool_calls
 
 pytest.importorskip("sglang")
 
@@ -64,13 +71,15 @@ def sglangs(answer: str) -> tuple[str, list[tuple[str, str]]]:
     return content, [(call.name, call.parameters) for call in calls]
 
 
-def ours(pieces: list[str]) -> tuple[str, list[tuple[str, str]]]:
-    reader = ToolCallReader({"get_weather", "read_file"})
+def ours(pieces: list[str], streamed: bool = False) -> tuple[str, list[tuple[str, str]]]:
+    reader = ToolCallReader({"get_weather", "read_file"}, streamed=streamed)
     sent = [reader.read(Chunk(text=piece, finish_reason="stop" if i == len(pieces) - 1 else None))
             for i, piece in enumerate(pieces)]  # fmt: skip
-    calls = [d for chunk in sent for d in chunk.tool_calls or []]
-    assert [d["index"] for d in calls] == list(range(len(calls)))
-    return "".join(chunk.text for chunk in sent), [(d["function"]["name"], d["function"]["arguments"]) for d in calls]
+    deltas = [d for chunk in sent for d in chunk.tool_calls or []]
+    if not streamed:
+        assert [d["index"] for d in deltas] == list(range(len(deltas)))
+    calls = merge_tool_calls(deltas)
+    return "".join(chunk.text for chunk in sent), [(c["function"]["name"], c["function"]["arguments"]) for c in calls]
 
 
 def splits(answer: str) -> list[list[str]]:
@@ -83,6 +92,52 @@ def test_the_answer_reads_as_sglangs_parser_reads_it(name):
     expected = sglangs(answer)
     for pieces in splits(answer):
         assert ours(pieces) == expected, pieces
+
+
+BREAK_AFTER_THE_NAME = {"broken json", "cut off"}  # tool_parser.py rule `streamed`: the call stays as sent
+
+
+@pytest.mark.parametrize("name", sorted(set(ANSWERS) - BREAK_AFTER_THE_NAME))
+def test_a_streamed_answer_reads_as_sglangs_parser_reads_it_whole(name):
+    answer = ANSWERS[name]
+    expected = sglangs(answer)
+    for pieces in splits(answer):
+        assert ours(pieces, streamed=True) == expected, pieces
+
+
+def test_a_block_that_breaks_after_its_name_keeps_the_name_sent():
+    assert sglangs(ANSWERS["broken json"])[1] == [] and sglangs(ANSWERS["cut off"])[1] == []
+    assert ours(list(ANSWERS["broken json"]), streamed=True) == ("", [("get_weather", '{"city": ')])
+    assert ours(list(ANSWERS["cut off"]), streamed=True) == ("Sure.", [("get_weather", "")])
+    assert ours([ANSWERS["broken json"]], streamed=True) == ("", [])  # broken in the chunk that names it: whole
+
+
+def streamed_by_character(answer: str, sglang: bool) -> list[list[tuple[int, str | None, str]]]:
+    """(index, name, arguments) of each delta each one-character chunk gives, SGLang's streaming parser or ours."""
+    if sglang:
+        from sglang.srt.entrypoints.openai.protocol import Tool
+        from sglang.srt.function_call.function_call_parser import FunctionCallParser
+
+        parser = FunctionCallParser([Tool.model_validate(tool) for tool in TOOLS], "qwen25")
+        return [[(c.tool_index, c.name, c.parameters) for c in parser.parse_stream_chunk(char)[1]] for char in answer]
+    reader = ToolCallReader({"get_weather", "read_file"}, streamed=True)
+    chunks = [reader.read(Chunk(text=char)) for char in answer]
+    return [[(d["index"], d["function"].get("name"), d["function"]["arguments"]) for d in chunk.tool_calls or []]
+            for chunk in chunks]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(name for name, answer in ANSWERS.items() if "<tool_call>\n{" in answer))
+def test_streamed_one_character_a_chunk_names_go_out_with_sglangs_and_arguments_no_later(name):
+    theirs, mine = (streamed_by_character(ANSWERS[name], sglang) for sglang in (True, False))
+    named = [[(i, index, call) for i, deltas in enumerate(run) for index, call, _ in deltas if call]
+             for run in (theirs, mine)]  # fmt: skip
+    assert named[0] == named[1] and named[0]
+    sent: list[dict[int, str]] = [{}, {}]
+    for step in zip(theirs, mine):
+        for so_far, deltas in zip(sent, step):
+            for index, _, arguments in deltas:
+                so_far[index] = so_far.get(index, "") + (arguments or "")
+        assert all(sent[1].get(index, "").startswith(text) for index, text in sent[0].items())
 
 
 def test_the_corpus_holds_calls_and_answers_without_them():

@@ -45,7 +45,8 @@ same bits, so a warm cache gives a cold cache's greedy output. The price: a turn
 of its conversation plus the last answer.
 
 Tool calls (tool_parser.py): a request with active tools has its chunks read by a ToolCallReader as they
-leave the engine, which turns the calls in the text into tool-call deltas; decoding does not change.
+leave the engine, which turns the calls in the text into tool-call deltas (a streamed request gets each call
+as it is written); decoding does not change.
 
 Adaptive drafting (draft_policy.py): each decode step is timed with the injected clock; those times
 give the step cost per draft length, one table per batch size n (a step alone: c(k) over its k draft
