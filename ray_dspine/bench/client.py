@@ -5,7 +5,9 @@ text (`delta.content`, `delta.reasoning_content`, `delta.tool_calls`, or `text` 
 is a content chunk arriving at `clock() - t0`; TTFT is the first such arrival; ITL entries are the gaps
 between consecutive content chunks; E2E is the time the stream ended. A chunk's token count is the
 growth of `usage.completion_tokens` when the server streams cumulative usage on every chunk, else 1.
-An answer's calls (`answer_calls`): per call `index`, the first function name its deltas carry, by index.
+An answer's calls (`answer_calls`): per call `index`, the first function name its deltas carry, by index, of
+the calls whose arguments (its deltas' `arguments` joined) parse as JSON: a call the answer's end cut off
+mid-arguments is not a call.
 The final chunk (`choices: []` + `usage`) supplies prompt/output tokens and acceptance
 (`accept_length`, `verify_steps`, `accept_histogram`, `path`). A stream without `data: [DONE]` is
 "incomplete_stream"; a dropped connection is "stream_cut"; an HTTP status >= 400 is "http_error";
@@ -83,6 +85,7 @@ class _Stream:
         self.done = False
         self.text: list[str] = []
         self.calls: dict[int, str] = {}  # a tool call's index -> its function's name
+        self.call_arguments: dict[int, str] = {}  # a tool call's index -> its arguments so far
 
     def feed(self, data: str, offset_s: float) -> tuple[ErrorKind, str] | None:
         if data.strip() == "[DONE]":
@@ -108,9 +111,10 @@ class _Stream:
             self.finish_reason = choice["finish_reason"]
         delta = choice.get("delta") or {}
         for call in delta.get("tool_calls") or []:
-            name = (call.get("function") or {}).get("name")
-            if name and call.get("index", 0) not in self.calls:
-                self.calls[call.get("index", 0)] = name
+            index, function = call.get("index", 0), call.get("function") or {}
+            if function.get("name") and index not in self.calls:
+                self.calls[index] = function["name"]
+            self.call_arguments[index] = self.call_arguments.get(index, "") + (function.get("arguments") or "")
         piece = choice.get("text") or delta.get("content") or delta.get("reasoning_content") or ""
         if piece or delta.get("tool_calls"):
             count = 1
@@ -123,6 +127,18 @@ class _Stream:
         if usage:
             self.usage = usage
         return None
+
+
+    def complete_calls(self) -> list[str]:
+        """`answer_calls` (the rule above)."""
+        names = []
+        for index in sorted(self.calls):
+            try:
+                json.loads(self.call_arguments.get(index) or "")
+            except ValueError:
+                continue
+            names.append(self.calls[index])
+        return names
 
 
 class StreamingClient:
@@ -273,5 +289,5 @@ class StreamingClient:
             output_text="".join(stream.text) if self.settings.keep_text else None,
             num_tools=len(request.tools or []) if self.settings.api == "chat" else 0,
             recorded_calls=request.recorded_calls,
-            answer_calls=[stream.calls[index] for index in sorted(stream.calls)],
+            answer_calls=stream.complete_calls(),
         )

@@ -91,8 +91,17 @@ def test_the_client_names_an_answers_calls_by_index():
               [{"index": 1, "function": {"name": None, "arguments": "{}"}}]]  # fmt: skip
     for offset, calls in enumerate(deltas):
         stream.feed(json.dumps({"choices": [{"delta": {"tool_calls": calls}}]}), float(offset))
-    assert [stream.calls[i] for i in sorted(stream.calls)] == ["now", "ls"]
+    assert stream.complete_calls() == ["now", "ls"]
     assert stream.offsets == [0.0, 1.0, 2.0]  # each delta is a content chunk
+    # a call cut off mid-arguments (the answer ended "length") is not a call; one with no arguments yet neither
+    cut = _Stream()
+    deltas = [[{"index": 0, "id": "a", "function": {"name": "now", "arguments": '{"tz": '}}],
+              [{"index": 1, "id": "b", "function": {"name": "ls", "arguments": ""}}]]  # fmt: skip
+    for offset, calls in enumerate(deltas):
+        cut.feed(json.dumps({"choices": [{"delta": {"tool_calls": calls}}]}), float(offset))
+    cut.feed(json.dumps({"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": '"UTC"}'}}]},
+                                      "finish_reason": "length"}]}), 2.0)  # fmt: skip
+    assert cut.complete_calls() == ["now"]
 
 
 def record(recorded: list[str], answered: list[str], num_tools: int = 2, ok: bool = True, arm: str = "a"):
