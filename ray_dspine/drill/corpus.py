@@ -7,7 +7,8 @@ Rules (what each generator emits; `model` is the served model name, `limit` the 
                 -> 400 naming the field; the bounds themselves -> 200. SGLang's fields by SGLang's ranges
                 (top_k 0, min_p 1.5, min_tokens above max_tokens, a stop_regex that does not compile, ...),
                 a chat field sent to completions (continue_final_message) and its fields no pool carries
-                (session_id) -> 400; their defaults and in-range values -> 200.
+                (session_id), a regex or EBNF grammar that does not compile -> 400; their defaults and in-range
+                values, a regex and JSON mode -> 200.
   messages      a message without content / with null content, a tool message without tool_call_id, an
                 assistant message with neither content nor tool_calls, a call whose arguments are not a JSON
                 object, unknown or missing role, a media part -> 400 naming the field.
@@ -100,7 +101,8 @@ RANGES = [  # (route, field, value, status[, param when not the field])
     (CHAT, "no_stop_trim", True, 200), (COMPLETIONS, "skip_special_tokens", False, 200),
     (CHAT, "skip_special_tokens", True, 200), (CHAT, "continue_final_message", True, 200),
     (COMPLETIONS, "continue_final_message", True, 400), (CHAT, "session_id", "s1", 400),
-    (CHAT, "tool_choice", "required", 400),
+    (CHAT, "tool_choice", "required", 400), (CHAT, "regex", "[0-9]{2}", 200), (COMPLETIONS, "regex", "a(b", 400),
+    (CHAT, "ebnf", "root ::= undefined_rule", 400), (CHAT, "response_format", {"type": "json_object"}, 200),
 ]
 
 

@@ -14,12 +14,16 @@ Rules, checked in this order; the first that applies refuses with 400, param = t
                       sglang pools only (a simulated pool has no model to score tokens).
   echo/best_of/suffix completions: `echo` true, `best_of` > 1, `suffix` non-empty. Refused on every pool.
   chat fields         completions: `continue_final_message` true is refused (a chat field).
-  response_format     completions: refused (a chat field). Chat, any type but "text": sglang pools only
-                      (SGLang constrains decoding with its grammar backend).
+  response_format     completions: refused (a chat field). Chat: "json_object" and "json_schema" on embedded
+                      and sglang pools (constrained decoding: SGLang's grammar backend, the embedded engine's
+                      grammar.py, both xgrammar); "structural_tag" on sglang pools only.
   min_tokens          above the max tokens asked for: refused on every pool (code invalid_value), as SGLang's
                       SamplingParams.verify refuses it.
-  grammar             `regex` or `ebnf` non-empty: sglang pools only; more than one of `regex`, `ebnf` and a
-                      `response_format` other than "text": refused (code invalid_value), as SGLang allows one.
+  grammar             `regex` or `ebnf` non-empty: embedded and sglang pools; more than one of `regex`, `ebnf`
+                      and a `response_format` other than "text": refused (code invalid_value), as SGLang allows one.
+                      A json_schema needs its `schema` (a JSON object, or a string holding one, as SGLang
+                      takes it; code invalid_value). Whether a pattern, grammar or schema compiles is the
+                      engine's to say (xgrammar on both; a 400 naming the field): the ingress does not load it.
   sglang fields       SGLang's request fields this server does not carry (SGLANG_FIELDS_REFUSED) with a value
                       other than SGLang's default: refused on every pool. SGLANG_FIELDS_IGNORED are SGLang's
                       fields that do not change an answer here, each with the reason; SGLang's other fields are
@@ -40,7 +44,9 @@ from dataclasses import dataclass
 
 from .openai_schema import ChatCompletionRequest, CompletionRequest
 
-# Engine kinds whose pools carry structured output (and forced tool calls) to the model.
+# Engine kinds whose pools constrain decoding to a grammar (response_format, regex, ebnf).
+GRAMMAR_ENGINES = frozenset({"embedded", "sglang"})
+# Engine kinds whose pools also serve SGLang's structural tags and forced tool calls.
 FULL_FEATURE_ENGINES = frozenset({"sglang"})
 # Engine kinds whose pools read tool calls out of the model's answers.
 TOOL_ENGINES = frozenset({"embedded", "sglang"})
@@ -96,6 +102,7 @@ def refusal(parsed: ChatCompletionRequest | CompletionRequest, pool: str, engine
     """The first rule above that `parsed` breaks on a pool of `engine_kind`, or None."""
     chat = isinstance(parsed, ChatCompletionRequest)
     full = engine_kind in FULL_FEATURE_ENGINES
+    grammar = engine_kind in GRAMMAR_ENGINES
     where = f"pool {pool!r} ({engine_kind} engine)"
     found = _logprobs(parsed, chat, where, engine_kind in LOGPROB_ENGINES) or _completion_only(parsed, chat)
     if found is not None:
@@ -105,14 +112,17 @@ def refusal(parsed: ChatCompletionRequest | CompletionRequest, pool: str, engine
                        "its last message the assistant's to continue, to /v1/chat/completions")  # fmt: skip
     if not chat and parsed.response_format is not None:
         return Refusal("response_format", "`response_format` is a chat field: send the request to /v1/chat/completions")
-    if chat and parsed.response_format is not None and parsed.response_format.type != "text" and not full:
+    kind = parsed.response_format.type if chat and parsed.response_format is not None else "text"
+    if kind != "text" and not (full or (grammar and kind != "structural_tag")):
+        served_by = "an sglang pool serves it" if kind == "structural_tag" else "an embedded or sglang pool serves it"
         return Refusal(
             "response_format",
-            f"`response_format` {parsed.response_format.type!r} is not served by {where}: it has no constrained "
-            "decoding; an sglang pool serves it",
+            f"`response_format` {kind!r} is not served by {where}: "
+            + ("it has no constrained decoding; " if not grammar else "")
+            + served_by,
         )
     for check in (_min_tokens, _grammar, _sglang_fields):
-        found = check(parsed, chat, where, full)
+        found = check(parsed, chat, where, grammar)
         if found is not None:
             return found
     if chat:
@@ -120,7 +130,7 @@ def refusal(parsed: ChatCompletionRequest | CompletionRequest, pool: str, engine
     return None
 
 
-def _min_tokens(parsed, chat: bool, where: str, full: bool) -> Refusal | None:
+def _min_tokens(parsed, chat: bool, where: str, grammar: bool) -> Refusal | None:
     most = (parsed.max_completion_tokens if chat else None) or parsed.max_tokens
     if most is not None and parsed.min_tokens > most:
         return Refusal("min_tokens", f"min_tokens is {parsed.min_tokens}, more than the {most} tokens asked for at "
@@ -128,20 +138,24 @@ def _min_tokens(parsed, chat: bool, where: str, full: bool) -> Refusal | None:
     return None
 
 
-def _grammar(parsed, chat: bool, where: str, full: bool) -> Refusal | None:
+def _grammar(parsed, chat: bool, where: str, grammar: bool) -> Refusal | None:
     asked = [name for name in ("regex", "ebnf") if getattr(parsed, name)]
     if chat and parsed.response_format is not None and parsed.response_format.type != "text":
         asked.append("response_format")
     if len(asked) > 1:
         return Refusal(asked[1], f"only one of {', '.join(asked)} may constrain a request; send one",
                        code="invalid_value")  # fmt: skip
-    if asked and asked[0] != "response_format" and not full:
+    if asked and asked[0] != "response_format" and not grammar:
         return Refusal(asked[0], f"`{asked[0]}` is not served by {where}: it has no constrained decoding; an "
-                       "sglang pool serves it")  # fmt: skip
+                       "embedded or sglang pool serves it")  # fmt: skip
+    if asked == ["response_format"] and parsed.response_format.type == "json_schema":
+        if not isinstance(parsed.response_format.json_schema.get("schema"), (dict, str)):
+            return Refusal("response_format", "response_format.json_schema needs a `schema`: the JSON schema (an "
+                           "object) the answer must follow", code="invalid_value")  # fmt: skip
     return None
 
 
-def _sglang_fields(parsed, chat: bool, where: str, full: bool) -> Refusal | None:
+def _sglang_fields(parsed, chat: bool, where: str, grammar: bool) -> Refusal | None:
     extra = parsed.model_extra or {}
     for name, default in SGLANG_FIELDS_REFUSED.items():
         if name in extra and extra[name] != default:

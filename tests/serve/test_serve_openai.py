@@ -116,6 +116,25 @@ def test_log_probabilities_one_per_completion_token_with_the_openai_client(serve
     assert plain.choices[0].logprobs is None
 
 
+def test_structured_output_with_the_openai_client_on_both_pools(serve_url):
+    client = openai.OpenAI(base_url=f"{serve_url}/v1", api_key="unused")
+    trip = {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+            "required": ["city", "days"], "additionalProperties": False}  # fmt: skip
+    ask = dict(model=MODEL, messages=user("Plan a 3 day trip to Paris. Reply in JSON."), temperature=0, max_tokens=48,
+               response_format={"type": "json_schema", "json_schema": {"name": "trip", "schema": trip}})  # fmt: skip
+    answers = {}
+    for pool in ("spec", "ar"):
+        choice = client.chat.completions.create(**ask, extra_headers={"x-dspine-pool": pool}).choices[0]
+        assert choice.finish_reason == "stop", pool
+        answers[pool] = json.loads(choice.message.content)
+        assert set(answers[pool]) == {"city", "days"} and isinstance(answers[pool]["days"], int)
+    assert answers["spec"] == answers["ar"]
+    # a regular expression, on completions too
+    text = client.completions.create(model=MODEL, prompt="Pick a number:", max_tokens=8, temperature=0,
+                                     extra_body={"regex": "[0-9]{3}"}).choices[0].text  # fmt: skip
+    assert len(text) == 3 and text.isdigit()
+
+
 def test_tool_calls_with_the_openai_client_streamed_or_not_on_both_pools(serve_url):
     client = openai.OpenAI(base_url=f"{serve_url}/v1", api_key="unused")
     ask = dict(model=MODEL, messages=two_shot("What's the weather in Tokyo?"), tools=[WEATHER], temperature=0,
@@ -170,7 +189,10 @@ BAD = [
     ("tool_choice required", {"model": MODEL, "messages": user("hi"), "tool_choice": "required",
                               "tools": [{"type": "function", "function": {"name": "f"}}]}, 400, "tool_choice"),
     ("top_logprobs without logprobs", {"model": MODEL, "messages": user("hi"), "top_logprobs": 2}, 400, "top_logprobs"),
-    ("json mode", {"model": MODEL, "messages": user("hi"), "response_format": {"type": "json_object"}}, 400, "response_format"),
+    ("regex that does not compile", {"model": MODEL, "messages": user("hi"), "regex": "a(b"}, 400, "regex"),
+    ("structural tag", {"model": MODEL, "messages": user("hi"),
+                        "response_format": {"type": "structural_tag", "structures": [], "triggers": []}},
+     400, "response_format"),
     ("tool_choice without tools", {"model": MODEL, "messages": user("hi"), "tool_choice": "required"}, 400, "tool_choice"),
 ]
 

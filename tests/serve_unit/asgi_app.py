@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import httpx
 
 from ray_dspine.config import AppConfig
+from ray_dspine.engines.embedded.grammar import constraint
 from ray_dspine.engines.protocol import Chunk, EngineError, GenerateRequest, Usage
 from ray_dspine.serve.ingress import IngressCore
 from ray_dspine.serve.replica_prompt import error_chunk, prepared
@@ -43,6 +44,23 @@ class FakeTokenizer:
         return " ".join(f"w{i}" for i in ids)
 
 
+def compiles(request: GenerateRequest) -> None:
+    """As the embedded engine's grammar compile (grammar.py) refuses a constraint xgrammar cannot parse (here
+    without a tokenizer: xgrammar's own parsers)."""
+    found = constraint(request)
+    if found is None:
+        return
+    import xgrammar
+
+    kind, text, param = found
+    parse = {"json": xgrammar.Grammar.from_json_schema, "regex": xgrammar.Grammar.from_regex,
+             "ebnf": xgrammar.Grammar.from_ebnf}[kind]  # fmt: skip
+    try:
+        parse(text)
+    except RuntimeError as exc:
+        raise EngineError(f"{param}: does not compile", status=400, param=param, code="invalid_value") from exc
+
+
 class FakeEngine:
     def __init__(self):
         self._loaded = SimpleNamespace(tokenizer=FakeTokenizer())
@@ -68,6 +86,7 @@ class FakeReplica:
             text.encode("utf-8")
             if request.seed is not None and not -(2**63) <= request.seed < 2**64:
                 raise ValueError("Overflow when unpacking long")
+            compiles(request)
             words = text.split() or ["."]
             if len(words) + request.max_tokens > self.context_tokens and not request.clamp_max_tokens:
                 raise EngineError("prompt and max_tokens exceed the context window", param="max_tokens",

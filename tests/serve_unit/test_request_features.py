@@ -49,12 +49,16 @@ def test_rule_echo_best_of_suffix_refused_on_every_pool():
         assert refused(completion(suffix="\n    return x"), engine)[0] == "suffix"
 
 
-def test_rule_response_format_json_only_on_sglang_pools_and_only_in_chat():
+def test_rule_response_format_json_on_embedded_and_sglang_pools_tags_on_sglang_only_and_only_in_chat():
     json_mode = {"type": "json_object"}
     schema = {"type": "json_schema", "json_schema": {"name": "patch", "schema": {"type": "object"}}}
-    assert refused(chat(response_format=json_mode)) == ("response_format", "unsupported_parameter")
-    assert refused(chat(response_format=schema), "simulated")[0] == "response_format"
-    assert refused(chat(response_format=schema), "sglang") is None
+    tags = {"type": "structural_tag", "structures": [], "triggers": []}
+    for engine in ("embedded", "sglang"):
+        assert refused(chat(response_format=json_mode), engine) is None
+        assert refused(chat(response_format=schema), engine) is None
+    assert refused(chat(response_format=schema), "simulated") == ("response_format", "unsupported_parameter")
+    assert refused(chat(response_format=tags), "embedded") == ("response_format", "unsupported_parameter")
+    assert refused(chat(response_format=tags), "sglang") is None
     assert refused(completion(response_format=json_mode), "sglang")[0] == "response_format"
 
 
@@ -109,7 +113,7 @@ def test_rule_tool_choice_shape_and_needs_tools():
 
 def test_rule_order_first_broken_rule_is_named():
     assert refused(chat(logprobs=True, tools=TOOLS, regex="a"), "simulated")[0] == "logprobs"
-    assert refused(chat(regex="a", tools=TOOLS))[0] == "regex"
+    assert refused(chat(regex="a", tools=TOOLS), "simulated")[0] == "regex"
 
 
 def test_rule_min_tokens_not_above_the_max_tokens_asked_for():
@@ -121,12 +125,17 @@ def test_rule_min_tokens_not_above_the_max_tokens_asked_for():
         chat(min_tokens=-1)
 
 
-def test_rule_grammar_regex_and_ebnf_only_on_sglang_pools_and_one_constraint():
-    assert refused(chat(regex="[0-9]+")) == ("regex", "unsupported_parameter")
+def test_rule_grammar_regex_and_ebnf_on_embedded_and_sglang_pools_and_one_constraint():
+    assert refused(chat(regex="[0-9]+"), "simulated") == ("regex", "unsupported_parameter")
     assert refused(completion(ebnf='root ::= "yes" | "no"'), "simulated") == ("ebnf", "unsupported_parameter")
-    assert refused(chat(regex="[0-9]+"), "sglang") is None
+    for engine in ("embedded", "sglang"):
+        assert refused(chat(regex="[0-9]+"), engine) is None
+        assert refused(completion(ebnf='root ::= "yes" | "no"'), engine) is None
     assert refused(chat(regex=""), "embedded") is None  # empty: unset, as SGLang reads it
     assert refused(chat(regex="a", ebnf='root ::= "a"'), "sglang") == ("ebnf", "invalid_value")
+    # a json_schema names its schema, as SGLang requires
+    nameless = {"type": "json_schema", "json_schema": {"name": "x"}}
+    assert refused(chat(response_format=nameless)) == ("response_format", "invalid_value")
     assert refused(chat(regex="a", response_format={"type": "json_object"}), "sglang") == ("response_format",
                                                                                             "invalid_value")
 

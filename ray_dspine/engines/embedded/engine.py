@@ -44,6 +44,9 @@ chunks (admission rule, U = C / B blocks): the rest of the prompt then runs the 
 same bits, so a warm cache gives a cold cache's greedy output. The price: a turn re-prefills up to a chunk
 of its conversation plus the last answer.
 
+Constrained decoding (grammar.py): a request with response_format, regex or ebnf gets its grammar when its
+sequence is made; every row of logits a step chooses from is masked to it.
+
 Tool calls (tool_parser.py): a request with active tools has its chunks read by a ToolCallReader as they
 leave the engine, which turns the calls in the text into tool-call deltas (a streamed request gets each call
 as it is written); decoding does not change.
@@ -90,6 +93,7 @@ from .sequence import (
     run_step,
 )
 from .sequence_setup import make_sequence
+from .grammar import Grammars
 from .tool_parser import ToolCallReader, new_call_id
 
 log = logging.getLogger(__name__)
@@ -128,6 +132,7 @@ class EmbeddedEngine:
         self._clock = clock
         self._new_call_id = new_call_id  # tool-call ids (tool_parser.py rule `ids`)
         self._loaded: LoadedModel | None = None
+        self._grammars: Grammars | None = None  # constrained decoding (grammar.py), once loaded
         self._token_texts: TokenTexts | None = None
         self._block_cache = BlockCache(config.prefix_block_tokens, config.kv_budget_tokens)
         self._admission = self._admission_for(config)
@@ -174,6 +179,9 @@ class EmbeddedEngine:
             self._block_cache.clear()
             self._cache_generation += 1
         self._loaded = await compute.call(self._loader, self.config)
+        self._grammars = Grammars(
+            self._loaded.tokenizer, self._loaded.model.config.vocab_size, self._loaded.eos_token_ids
+        )
         if self.config.dtype == "auto" and self._loaded.dtype is not None:  # run as loaded (model.py rule `dtype auto`)
             with self._lock:
                 self.config = self.config.model_copy(
@@ -275,8 +283,9 @@ class EmbeddedEngine:
 
     def _make_sequence(self, request: GenerateRequest) -> Sequence:
         return make_sequence(
-            self.config, self._loaded, request, self._tokenize(request), self._drafter_enabled, self._pooled_acceptance
-        )
+            self.config, self._loaded, request, self._tokenize(request), self._drafter_enabled, self._pooled_acceptance,
+            self._grammars,
+        )  # fmt: skip
 
     def _cancel(self, request_id: str) -> None:
         with self._wake:

@@ -5,7 +5,8 @@ Rules:
           token or the token that completed a stop string included (their text is not shown). Row i of a
           verify step is the distribution of the step's i-th emitted token (speculative.py); the first token's
           is the prompt's last row.
-  values  the row's logits after the penalties, logit_bias and the min_tokens mask (sequence.py `_adjusted`),
+  values  the row's logits after the penalties, logit_bias, the grammar's mask and the min_tokens mask
+          (sequence.py `_adjusted`),
           then: greedy, log_softmax(z); sampled at temperature T, log_softmax(z / T), the tempered
           distribution before the top-p, top-k and min-p filters. SGLang 0.5.23's sampler returns the
           same (`log_softmax(logits)` when greedy, `log(softmax(logits / T))` before its filters when

@@ -22,7 +22,8 @@ text if it has any: special tokens have text only with skip_special_tokens false
 stop string or stop pattern ends the request at the token that completes it, later tokens of its step dropped
 (detokenizer.py).
 While fewer than min_tokens tokens are out, every logits row for a position below min_tokens has the end
-tokens at -inf, so none is chosen there.
+tokens at -inf, so none is chosen there. A request with a grammar (grammar.py) has every row it chooses from
+masked to what the grammar allows there, and ends where the grammar ends.
 Rule `logprobs`: with the request's logprobs, every choice of tokens (the first token's, a verify step's) reads their
 log-probabilities off the rows it chose them from (logprobs.py), and the step's output carries those of the tokens
 it keeps, cut where the tokens are cut (an end token, max_tokens, a stop string), so a request gets one entry per
@@ -43,6 +44,7 @@ from .config import ROW_EXACT_MAX_ROWS
 from .detokenizer import IncrementalDetokenizer
 from .draft_policy import AcceptanceTracker, MatchedAcceptance, StepCosts, choose_draft_length, prior_costs
 from .drafter import NgramDrafter
+from .grammar import RequestGrammar
 from .kv_cache import SlabCache
 from .logprobs import Entry, entries
 from .speculative import accept_greedy, accept_sampled, penalised, target_probs
@@ -100,6 +102,7 @@ class Sequence:
     logprobs: bool = False  # rule `logprobs`
     top_logprobs: int = 0
     chosen_logprobs: list[Entry] | None = None  # of the tokens the last choice emitted, until `_emit` takes them
+    grammar: RequestGrammar | None = None  # set: constrained decoding (grammar.py)
 
     def __post_init__(self) -> None:
         self.accept_histogram = [0] * self.histogram_size
@@ -154,15 +157,21 @@ def _forward(model, ids: list[int], cache, keep_all: bool) -> torch.Tensor:
 
 def _adjusted(seq: Sequence, logits: torch.Tensor, draft: list[int]) -> torch.Tensor:
     """`logits` (rows for the next output positions: after the output, then after each of `draft`) penalised
-    (speculative.py rule `penalties`), with the end tokens at -inf in every row whose position is below
-    min_tokens (rule `end tokens`); the same tensor when the request asks for neither."""
+    (speculative.py rule `penalties`), masked to the request's grammar (grammar.py rule `mask`), with the end
+    tokens at -inf in every row whose position is below min_tokens (rule `end tokens`; grammar.py rule
+    `min_tokens`); the same tensor when the request asks for none of these."""
     if seq.frequency_penalty or seq.presence_penalty or seq.repetition_penalty != 1.0 or seq.logit_bias is not None:
         logits = penalised(logits, seq.output_ids, draft, seq.frequency_penalty, seq.presence_penalty,
                            seq.repetition_penalty, seq.logit_bias)  # fmt: skip
+    if seq.grammar is not None:
+        logits = seq.grammar.mask(logits, draft)
     rows = min(seq.min_tokens - len(seq.output_ids), logits.shape[0])
     if rows > 0:
-        logits = logits.clone()
+        unmasked, logits = logits, logits.clone()
         logits[:rows, sorted(seq.end_token_ids)] = float("-inf")
+        if seq.grammar is not None:
+            nothing_left = torch.isneginf(logits[:rows]).all(dim=-1)
+            logits[:rows][nothing_left] = unmasked[:rows][nothing_left]
     return logits
 
 
@@ -309,6 +318,10 @@ def ensure_cache(seq: Sequence) -> None:
 
 def _emit(seq: Sequence, tokens: list[int]) -> StepOutput:
     ends = frozenset() if seq.ignore_eos else seq.end_token_ids
+    ended = seq.grammar.advance(tokens) if seq.grammar is not None else None
+    if ended is not None:  # grammar.py rule `end`
+        tokens = tokens[: ended + 1]
+        seq.finished, seq.matched_stop = "stop", tokens[-1]
     for i, token in enumerate(tokens):
         if token in ends:
             tokens = tokens[: i + 1]

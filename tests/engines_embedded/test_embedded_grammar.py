@@ -1,0 +1,136 @@
+"""grammar.py: one test a rule. Masks are worked out by hand over a five-token vocabulary; the real model's
+answers (fp32, greedy) are checked against what they were constrained to."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+
+import pytest
+import torch
+
+from ray_dspine.engines.embedded.config import EmbeddedEngineConfig
+from ray_dspine.engines.embedded.engine import EmbeddedEngine
+from ray_dspine.engines.embedded.grammar import JSON_OBJECT, RequestGrammar, constraint
+from ray_dspine.engines.embedded.model import load_model
+from ray_dspine.engines.protocol import ChatMessage, EngineError, GenerateRequest
+
+xgrammar = pytest.importorskip("xgrammar")
+
+EOS, A, B, AB, C = range(5)  # the vocabulary: "<eos>", "a", "b", "ab", "c"
+
+
+def tiny(regex: str) -> RequestGrammar:
+    info = xgrammar.TokenizerInfo(["<eos>", "a", "b", "ab", "c"], vocab_type=xgrammar.VocabType.RAW, stop_token_ids=[0])
+    compiled = xgrammar.GrammarCompiler(info).compile_regex(regex)
+    return RequestGrammar(xgrammar.GrammarMatcher(compiled))
+
+
+def allowed(masked: torch.Tensor) -> list[list[int]]:
+    return [torch.isfinite(row).nonzero().flatten().tolist() for row in masked]
+
+
+def request(**fields) -> GenerateRequest:
+    fields = {"request_id": "g", "max_tokens": 8, "messages": [ChatMessage(role="user", content="hi")], **fields}
+    return GenerateRequest(**fields)
+
+
+def test_rule_constraint_is_what_sglang_hands_its_grammar_backend():
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}}
+    fmt = {"type": "json_schema", "json_schema": {"name": "trip", "schema": schema}}
+    assert constraint(request(response_format=fmt)) == ("json", json.dumps(schema), "response_format")
+    assert constraint(request(response_format={"type": "json_object"})) == ("json", JSON_OBJECT, "response_format")
+    assert constraint(request(regex="[0-9]+")) == ("regex", "[0-9]+", "regex")
+    assert constraint(request(ebnf='root ::= "a"')) == ("ebnf", 'root ::= "a"', "ebnf")
+    assert constraint(request()) is None
+    with pytest.raises(EngineError) as missing:
+        constraint(request(response_format={"type": "json_schema", "json_schema": {"name": "x"}}))
+    assert (missing.value.status, missing.value.param) == (400, "response_format")
+
+
+def test_rule_mask_each_row_after_the_draft_tokens_before_it():
+    grammar = tiny("ab*c")
+    # row 0: "a" or "ab"; after d1 = "a": "b" or "c"; after "a", "b": "b" or "c"
+    assert allowed(grammar.mask(torch.zeros(3, 5), [A, B])) == [[A, AB], [B, C], [B, C]]
+    # the draft tokens were taken back: the next mask starts from the same place
+    assert allowed(grammar.mask(torch.zeros(1, 5), [])) == [[A, AB]]
+    # a draft token the grammar refuses ends the masking; rows after it are never read
+    masked = grammar.mask(torch.zeros(3, 5), [B, C])
+    assert allowed(masked[:1]) == [[A, AB]] and allowed(masked[1:]) == [[EOS, A, B, AB, C]] * 2
+
+
+def test_rule_end_the_token_that_ends_the_grammar():
+    grammar = tiny("ab*c")
+    assert grammar.advance([AB, B]) is None
+    assert allowed(grammar.mask(torch.zeros(1, 5), [])) == [[B, C]]
+    assert grammar.advance([C]) is None
+    assert allowed(grammar.mask(torch.zeros(1, 5), [])) == [[EOS]]  # complete: only the end token
+    assert grammar.advance([EOS, A]) == 0
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    return load_model(EmbeddedEngineConfig(dtype="fp32"))
+
+
+def answer(loaded, req: GenerateRequest, speculative: bool = True) -> tuple[str, str]:
+    async def main():
+        engine = EmbeddedEngine(EmbeddedEngineConfig(dtype="fp32", speculative=speculative), loader=lambda _c: loaded)
+        await engine.start()
+        try:
+            chunks = [chunk async for chunk in engine.generate(req)]
+        finally:
+            await engine.stop()
+        return "".join(c.text for c in chunks), chunks[-1].finish_reason
+
+    return asyncio.run(main())
+
+
+TRIP = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+    "required": ["city", "days"],
+    "additionalProperties": False,
+}
+
+
+def ask(question: str, **fields) -> GenerateRequest:
+    return request(messages=[ChatMessage(role="user", content=question)], max_tokens=48, **fields)
+
+
+@pytest.mark.parametrize("speculative", [True, False])
+def test_the_model_answers_in_the_schema_and_speculation_changes_nothing(loaded, speculative):
+    jsonschema = pytest.importorskip("jsonschema")
+    fmt = {"type": "json_schema", "json_schema": {"name": "trip", "schema": TRIP}}
+    text, finish = answer(loaded, ask("Plan a 3 day trip to Paris. Reply in JSON.", response_format=fmt), speculative)
+    assert finish == "stop"
+    jsonschema.validate(json.loads(text), TRIP)
+    assert (text, finish) == answer(loaded, ask("Plan a 3 day trip to Paris. Reply in JSON.", response_format=fmt),
+                                    not speculative)  # fmt: skip
+
+
+def test_json_object_regex_and_ebnf_hold_on_the_real_model(loaded):
+    question = 'What is the capital of France? Answer in JSON with the key "capital".'
+    text, finish = answer(loaded, ask(question, response_format={"type": "json_object"}).model_copy(
+        update={"max_tokens": 60}))  # fmt: skip
+    assert finish == "stop" and isinstance(json.loads(text), dict)
+    text, finish = answer(loaded, ask("Pick a number between 100 and 999.", regex="[0-9]{3}"))
+    assert finish == "stop" and re.fullmatch("[0-9]{3}", text)
+    text, finish = answer(loaded, ask("Is the sky blue?", ebnf='root ::= "yes" | "no"', ignore_eos=True))
+    assert finish == "stop" and text in ("yes", "no")  # rule `end`: the grammar ends it, ignore_eos or not
+    text, finish = answer(loaded, ask("Is the sky blue?", ebnf='root ::= "yes" | "no"', min_tokens=6))
+    assert finish == "stop" and text in ("yes", "no")  # rule `min_tokens`: nothing else is left to choose
+
+
+@pytest.mark.parametrize(("fields", "param"), [
+    ({"regex": "a(b"}, "regex"),
+    ({"ebnf": "root ::= undefined_rule"}, "ebnf"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": 5}}}},
+     "response_format"),
+])  # fmt: skip
+def test_rule_compile_refuses_what_xgrammar_refuses_with_a_400_naming_the_field(loaded, fields, param):
+    with pytest.raises(EngineError) as refused:
+        answer(loaded, ask("hi", **fields))
+    assert (refused.value.status, refused.value.param, refused.value.code) == (400, param, "invalid_value")
+    assert "does not compile" in str(refused.value)

@@ -1,0 +1,128 @@
+"""The embedded engine constrains decoding as SGLang 0.5.23 does (grammar.py), judged by SGLang's own code.
+
+  constraint  for each request body, SGLang's `ChatCompletionRequest.to_sampling_params` names the constraint
+              its grammar backend gets (json_schema, regex or ebnf and its text); grammar.py's `constraint` of
+              the same body, as the ingress hands it over, is the same kind and text.
+  masks       SGLang's `XGrammarGrammarBackend` over the shipped model's tokenizer, one token at a time
+              (`fill_vocab_mask`, `apply_vocab_mask`, `accept_token`), allows at every position of an answer the
+              same tokens as grammar.py's mask of one verify block holding the whole answer as its draft, and
+              after the answer only EOS on both sides.
+  validity    a constraint SGLang's backend cannot compile (its InvalidGrammarObject) is one grammar.py refuses
+              with a 400, and the other way round.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from ray_dspine.engines.embedded.config import EmbeddedEngineConfig
+from ray_dspine.engines.embedded.grammar import Grammars, constraint
+from ray_dspine.engines.embedded.model import load_model
+from ray_dspine.engines.module_stand_ins import install_module_stand_ins
+from ray_dspine.engines.protocol import ChatMessage, EngineError, GenerateRequest
+from ray_dspine.serve.ingress import _response_format
+from ray_dspine.serve.openai_schema import ChatCompletionRequest
+
+pytest.importorskip("sglang")
+pytest.importorskip("xgrammar")
+
+TRIP = {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+        "required": ["city", "days"]}  # fmt: skip
+CASES = {  # request fields -> an answer that follows them
+    "json_schema": ({"response_format": {"type": "json_schema", "json_schema": {"name": "trip", "schema": TRIP}}},
+                    '{"city": "Paris", "days": 3}'),
+    "json_object": ({"response_format": {"type": "json_object"}}, '{\n  "ok": [true, null, 1.5]\n}'),
+    "regex": ({"regex": "[0-9]{3}-[a-z]{3}"}, "123-abc"),
+    "ebnf": ({"ebnf": 'root ::= "yes" | "no" | "maybe " [0-9]'}, "maybe 7"),
+}  # fmt: skip
+BROKEN = {
+    "regex": {"regex": "a(b"},
+    "ebnf": {"ebnf": "root ::= undefined_rule"},
+    "json_schema": {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": 5}}}},
+}
+
+
+def bodies(fields: dict) -> dict:
+    return {"model": "m", "messages": [{"role": "user", "content": "hi"}], **fields}
+
+
+def ours(fields: dict) -> GenerateRequest:
+    parsed = ChatCompletionRequest.model_validate(bodies(fields))
+    return GenerateRequest(request_id="c", max_tokens=8, messages=[ChatMessage(role="user", content="hi")],
+                           response_format=_response_format(parsed), regex=parsed.regex or None,
+                           ebnf=parsed.ebnf or None)  # fmt: skip
+
+
+def sglangs_constraint(fields: dict) -> tuple[str, str]:
+    from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest as Theirs
+
+    params = Theirs.model_validate(bodies(fields)).to_sampling_params(stop=[], model_generation_config={})
+    (found,) = [(kind, params[kind]) for kind in ("json_schema", "regex", "ebnf") if params.get(kind)]
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_rule_constraint_is_the_one_sglang_hands_its_grammar_backend(name):
+    kind, text, _param = constraint(ours(CASES[name][0]))
+    assert ({"json": "json_schema"}.get(kind, kind), text) == sglangs_constraint(CASES[name][0])
+
+
+@pytest.fixture(scope="module")
+def side_by_side():
+    install_module_stand_ins()
+    from sglang.srt.constrained.xgrammar_backend import XGrammarGrammarBackend
+
+    loaded = load_model(EmbeddedEngineConfig(dtype="fp32"))
+    vocab = loaded.model.config.vocab_size
+    theirs = XGrammarGrammarBackend(loaded.tokenizer, vocab_size=vocab, model_eos_token_ids=sorted(loaded.eos_token_ids))
+    return loaded, Grammars(loaded.tokenizer, vocab, loaded.eos_token_ids), theirs
+
+
+def sglang_grammar(backend, fields: dict):
+    kind, text = sglangs_constraint(fields)
+    return {"json_schema": backend.dispatch_json, "regex": backend.dispatch_regex, "ebnf": backend.dispatch_ebnf}[kind](
+        text
+    )
+
+
+def allowed_rows(masked: torch.Tensor) -> list[set[int]]:
+    return [set(torch.isfinite(row).nonzero().flatten().tolist()) for row in masked]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_rule_masks_are_sglangs_at_every_position_of_an_answer(side_by_side, name):
+    loaded, grammars, backend = side_by_side
+    fields, text = CASES[name]
+    tokens = loaded.tokenizer.encode(text, add_special_tokens=False)
+    vocab = loaded.model.config.vocab_size
+    theirs = sglang_grammar(backend, fields)
+    expected = []
+    mask = theirs.allocate_vocab_mask(vocab, 1, "cpu")
+    for token in tokens + [None]:
+        theirs.fill_vocab_mask(mask, 0)
+        logits = torch.zeros(1, vocab)
+        theirs.apply_vocab_mask(logits, mask)
+        expected.append(set(torch.isfinite(logits[0]).nonzero().flatten().tolist()))
+        if token is not None:
+            theirs.accept_token(token)  # raises on a token its grammar refuses
+    grammar = grammars.for_request(ours(fields))
+    assert allowed_rows(grammar.mask(torch.zeros(len(tokens) + 1, vocab), tokens)) == expected
+    assert expected[-1] == set(loaded.eos_token_ids)  # complete: only EOS, on both sides
+    assert 1 < len(expected[0]) < vocab  # the mask leaves a choice, and not every token
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_rule_validity_what_sglang_cannot_compile_is_a_400(side_by_side, name):
+    from sglang.srt.constrained.base_grammar_backend import InvalidGrammarObject
+
+    _loaded, grammars, backend = side_by_side
+    assert isinstance(sglang_grammar(backend, BROKEN[name]), InvalidGrammarObject)
+    with pytest.raises(EngineError) as refused:
+        grammars.for_request(ours(BROKEN[name]))
+    assert (refused.value.status, refused.value.code) == (400, "invalid_value")
+    for fields, _text in CASES.values():
+        assert not isinstance(sglang_grammar(backend, fields), InvalidGrammarObject)
+        assert grammars.for_request(ours(fields)) is not None
