@@ -12,7 +12,7 @@ import torch
 
 from ray_dspine.engines.embedded.config import EmbeddedEngineConfig
 from ray_dspine.engines.embedded.engine import EmbeddedEngine
-from ray_dspine.engines.embedded.grammar import JSON_OBJECT, RequestGrammar, constraint
+from ray_dspine.engines.embedded.grammar import JSON_OBJECT, RequestGrammar, constraint, unenforced
 from ray_dspine.engines.embedded.model import load_model
 from ray_dspine.engines.protocol import ChatMessage, EngineError, GenerateRequest
 
@@ -134,3 +134,24 @@ def test_rule_compile_refuses_what_xgrammar_refuses_with_a_400_naming_the_field(
         answer(loaded, ask("hi", **fields))
     assert (refused.value.status, refused.value.param, refused.value.code) == (400, param, "invalid_value")
     assert "does not compile" in str(refused.value)
+
+
+def test_rule_unenforced_searches_subschemas_only():
+    tags = {"type": "array", "items": {"type": "string"}, "uniqueItems": True}
+    assert unenforced({"type": "object", "properties": {"tags": tags}}) == "`uniqueItems` at schema.properties.tags"
+    assert unenforced({"anyOf": [{"type": "string", "format": "regex"}]}) == '`format` "regex" at schema.anyOf[0]'
+    assert unenforced({"$defs": {"t": {"not": {}}}, "$ref": "#/$defs/t"}) == "`not` at schema.$defs.t"
+    # a property named like a keyword, and keywords inside instance values, are not keywords of the schema
+    named = {"type": "object", "properties": {"not": {"type": "string", "const": {"if": 1}, "enum": [{"not": 2}]}}}
+    assert unenforced(named) is None
+    # values that ask for nothing
+    assert unenforced({"type": "array", "uniqueItems": False, "dependentRequired": {}}) is None
+    assert unenforced({"allOf": [{"type": "integer"}]}) is None
+
+
+def test_rule_unenforced_is_a_400_before_decoding(loaded):
+    fmt = {"type": "json_schema", "json_schema": {"name": "t", "schema": {"type": "array", "uniqueItems": True}}}
+    with pytest.raises(EngineError) as refused:
+        answer(loaded, ask("hi", response_format=fmt))
+    assert (refused.value.status, refused.value.param) == (400, "response_format")
+    assert "`uniqueItems` at schema" in str(refused.value) and "not enforce" in str(refused.value)

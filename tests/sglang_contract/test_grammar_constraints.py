@@ -9,6 +9,12 @@
               after the answer only EOS on both sides.
   validity    a constraint SGLang's backend cannot compile (its InvalidGrammarObject) is one grammar.py refuses
               with a 400, and the other way round.
+  unenforced  the measurement behind grammar.py's lists: over a one-character-a-token vocabulary, xgrammar takes
+              a value that breaks each keyword of UNENFORCED (and `allOf` over two schemas, and formats outside
+              ENFORCED_FORMATS) as a whole answer, and refuses one that breaks each enforced format; grammar.py
+              refuses exactly the former. SGLang's own check (`validate_xgrammar_json_schema`) judges the same
+              schemas alike but two: it refuses `multipleOf`, which xgrammar 0.2.7 enforces (grammar.py serves
+              it), and serves `allOf` over two schemas, which xgrammar does not enforce (grammar.py refuses it).
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import pytest
 import torch
 
 from ray_dspine.engines.embedded.config import EmbeddedEngineConfig
-from ray_dspine.engines.embedded.grammar import Grammars, constraint
+from ray_dspine.engines.embedded.grammar import Grammars, constraint, unenforced
 from ray_dspine.engines.embedded.model import load_model
 from ray_dspine.engines.module_stand_ins import install_module_stand_ins
 from ray_dspine.engines.protocol import ChatMessage, EngineError, GenerateRequest
@@ -126,3 +132,68 @@ def test_rule_validity_what_sglang_cannot_compile_is_a_400(side_by_side, name):
     for fields, _text in CASES.values():
         assert not isinstance(sglang_grammar(backend, fields), InvalidGrammarObject)
         assert grammars.for_request(ours(fields)) is not None
+
+
+CHARACTERS = ["<eos>"] + [chr(code) for code in range(32, 127)]
+ITEM = {"type": ["integer", "string"]}
+UNENFORCED_CASES = {  # schema, a value breaking it
+    "not": ({"type": "integer", "not": {"const": 3}}, "3"),
+    "if": ({"type": "integer", "if": {"minimum": 5}, "then": {"maximum": 6}}, "7"),
+    "then": ({"type": "integer", "if": {"minimum": 5}, "then": {"maximum": 6}}, "7"),
+    "else": ({"type": "integer", "if": {"minimum": 5}, "else": {"minimum": 3}}, "1"),
+    "contains": ({"type": "array", "items": ITEM, "contains": {"type": "string"}}, "[1]"),
+    "minContains": ({"type": "array", "items": ITEM, "contains": {"type": "string"}, "minContains": 2}, '[1, "a"]'),
+    "maxContains": ({"type": "array", "items": ITEM, "contains": {"type": "string"}, "maxContains": 1}, '["a", "b"]'),
+    "uniqueItems": ({"type": "array", "items": {"type": "integer"}, "uniqueItems": True}, "[1, 1]"),
+    "dependentRequired": ({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                           "dependentRequired": {"a": ["b"]}}, '{"a": 1}'),
+    "dependentSchemas": ({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                          "dependentSchemas": {"a": {"required": ["b"]}}}, '{"a": 1}'),
+    "allOf": ({"allOf": [{"type": "integer"}, {"minimum": 3}]}, "2"),
+    "format regex": ({"type": "string", "format": "regex"}, '"("'),
+    "format iri": ({"type": "string", "format": "iri"}, '"nope"'),
+    "format idn-email": ({"type": "string", "format": "idn-email"}, '"nope"'),
+}  # fmt: skip
+FORMAT_BREAKERS = {  # each enforced format, a string breaking it
+    "date": "nope", "date-time": "nope", "time": "nope", "duration": "nope", "email": "nope", "hostname": "-a-",
+    "ipv4": "nope", "ipv6": "nope", "uri": "nope", "uri-reference": "a b", "uri-template": "{", "uuid": "nope",
+    "json-pointer": "a", "relative-json-pointer": "/a",
+}  # fmt: skip
+ENFORCED_CASES = {"multipleOf": ({"type": "integer", "multipleOf": 3}, "4")} | {
+    f"format {name}": ({"type": "string", "format": name}, json.dumps(value)) for name, value in FORMAT_BREAKERS.items()
+}
+
+
+def xgrammar_takes(schema: dict, answer: str) -> bool:
+    """Whether xgrammar, one character a token, takes `answer` whole under `schema` (then the end token)."""
+    import xgrammar
+
+    info = xgrammar.TokenizerInfo(CHARACTERS, vocab_type=xgrammar.VocabType.RAW, stop_token_ids=[0])
+    matcher = xgrammar.GrammarMatcher(xgrammar.GrammarCompiler(info).compile_json_schema(json.dumps(schema)))
+    return all(matcher.accept_token(CHARACTERS.index(char)) for char in answer) and matcher.accept_token(0)
+
+
+def sglang_refuses(schema: dict) -> bool:
+    from sglang.srt.constrained.json_schema_validation import validate_xgrammar_json_schema
+
+    try:
+        validate_xgrammar_json_schema(schema)
+    except ValueError:
+        return True
+    return False
+
+
+@pytest.mark.parametrize("name", sorted(UNENFORCED_CASES))
+def test_rule_unenforced_what_xgrammar_takes_though_it_breaks_the_schema_is_refused(name):
+    schema, breaking = UNENFORCED_CASES[name]
+    assert xgrammar_takes(schema, breaking)  # MEASURED: the constraint is not enforced
+    assert unenforced(schema) is not None
+    assert sglang_refuses(schema) == (name != "allOf")  # SGLang serves allOf over several schemas unenforced
+
+
+@pytest.mark.parametrize("name", sorted(ENFORCED_CASES))
+def test_rule_unenforced_what_xgrammar_enforces_is_served(name):
+    schema, breaking = ENFORCED_CASES[name]
+    assert not xgrammar_takes(schema, breaking)
+    assert unenforced(schema) is None
+    assert sglang_refuses(schema) == (name == "multipleOf")  # SGLang's one refusal of an enforced keyword

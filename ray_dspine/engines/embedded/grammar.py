@@ -9,6 +9,14 @@ Rules:
               schema allowing any whitespace, a regular expression, an EBNF grammar. One compiler an engine, over
               its tokenizer and the model's vocabulary, made on the first constrained request; xgrammar caches
               what it compiled. A constraint xgrammar refuses is a 400 naming its field.
+  unenforced  a JSON schema using what xgrammar 0.2.7 accepts but does not enforce is refused (400 naming
+              response_format, the keyword and where it is), not served unchecked: the keywords in UNENFORCED
+              (but `uniqueItems: false` and an empty dependentRequired or dependentSchemas, which ask for
+              nothing), `allOf` over more than one schema, a `format` outside ENFORCED_FORMATS. Both lists are
+              measured: tests/sglang_contract/test_grammar_constraints.py has xgrammar take a value breaking
+              each unenforced one, and refuse one breaking each format. Subschemas are searched where JSON
+              Schema 2020-12 puts them (properties, items, anyOf, $defs, ...), never inside instance values
+              such as `const`, `enum` or `default`.
   mask        every logits row the engine chooses a token from has the tokens the grammar does not allow there
               at -inf: the first token's row, and row i of a verify block after the output and d1..di. A draft
               token the grammar refuses ends the masking: it cannot be accepted, so no row after it is read.
@@ -35,6 +43,45 @@ if TYPE_CHECKING:
 
 JSON_OBJECT = '{"type": "object"}'
 WHAT = {"json": "JSON schema", "regex": "regular expression", "ebnf": "EBNF grammar"}
+
+
+# Keywords xgrammar 0.2.7 compiles but does not enforce, and the string formats it does enforce (rule `unenforced`).
+UNENFORCED = frozenset({
+    "not", "if", "then", "else", "contains", "minContains", "maxContains", "uniqueItems", "dependentRequired",
+    "dependentSchemas",
+})  # fmt: skip
+ENFORCED_FORMATS = frozenset({
+    "date", "date-time", "time", "duration", "email", "hostname", "ipv4", "ipv6", "uri", "uri-reference",
+    "uri-template", "uuid", "json-pointer", "relative-json-pointer",
+})  # fmt: skip
+_ONE_SCHEMA = ("additionalProperties", "additionalItems", "items", "propertyNames", "unevaluatedItems",
+               "unevaluatedProperties", "contentSchema")  # fmt: skip
+_SCHEMA_LISTS = ("allOf", "anyOf", "oneOf", "prefixItems", "items")
+_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions")
+
+
+def unenforced(schema: object, where: str = "schema") -> str | None:
+    """Rule `unenforced`: the first thing in `schema` xgrammar would not enforce, as "`keyword` at path"."""
+    if not isinstance(schema, dict):
+        return None
+    for keyword in sorted(UNENFORCED & schema.keys()):
+        value = schema[keyword]
+        if not (value is False if keyword == "uniqueItems" else keyword.startswith("dependent") and value == {}):
+            return f"`{keyword}` at {where}"
+    if isinstance(schema.get("allOf"), list) and len(schema["allOf"]) > 1:
+        return f"`allOf` over {len(schema['allOf'])} schemas at {where}"
+    if "format" in schema and schema["format"] not in ENFORCED_FORMATS:
+        return f"`format` {json.dumps(schema['format'])} at {where}"
+    children = [(f"{where}.{key}", schema.get(key)) for key in _ONE_SCHEMA]
+    children += [(f"{where}.{key}[{i}]", child) for key in _SCHEMA_LISTS if isinstance(schema.get(key), list)
+                 for i, child in enumerate(schema[key])]  # fmt: skip
+    children += [(f"{where}.{key}.{name}", child) for key in _SCHEMA_MAPS if isinstance(schema.get(key), dict)
+                 for name, child in schema[key].items()]  # fmt: skip
+    for path, child in children:
+        found = unenforced(child, path)
+        if found is not None:
+            return found
+    return None
 
 
 def xgrammar_reason(exc: Exception) -> str:
@@ -78,6 +125,8 @@ class Grammars:
         if found is None:
             return None
         kind, text, param = found
+        if kind == "json":
+            _check_enforced(text)
         import xgrammar
 
         if self._compiler is None:
@@ -98,6 +147,21 @@ class Grammars:
                 code="invalid_value",
             ) from exc
         return RequestGrammar(xgrammar.GrammarMatcher(compiled))
+
+
+def _check_enforced(text: str) -> None:
+    """Rule `unenforced` for a JSON schema's text (text that is not JSON is xgrammar's to refuse)."""
+    try:
+        schema = json.loads(text)
+    except ValueError:
+        return
+    found = unenforced(schema)
+    if found is not None:
+        raise EngineError(
+            f"response_format: the JSON schema uses {found}, which xgrammar (the grammar engine) accepts but does "
+            "not enforce; remove it, or check the answer yourself",
+            status=400, param="response_format", code="invalid_value",
+        )  # fmt: skip
 
 
 class RequestGrammar:
