@@ -33,7 +33,8 @@ Rules, checked in this order; the first that applies refuses with 400, param = t
   tool_choice         must be "none", "auto", "required" or {"type": "function", "function": {"name": N}}
                       (code invalid_value); "required" or a named function needs `tools`, and N must name
                       one of them (code invalid_value), as OpenAI answers. Either forces a call, which takes
-                      constrained decoding: sglang pools only.
+                      constrained decoding: embedded and sglang pools (grammar.py rule `forced`), and not
+                      beside `response_format`, `regex` or `ebnf` (code invalid_value), as SGLang refuses.
 Complexity: O(number of tools).
 """
 
@@ -44,9 +45,9 @@ from dataclasses import dataclass
 
 from .openai_schema import ChatCompletionRequest, CompletionRequest
 
-# Engine kinds whose pools constrain decoding to a grammar (response_format, regex, ebnf).
+# Engine kinds whose pools constrain decoding to a grammar (response_format, regex, ebnf, forced tool calls).
 GRAMMAR_ENGINES = frozenset({"embedded", "sglang"})
-# Engine kinds whose pools also serve SGLang's structural tags and forced tool calls.
+# Engine kinds whose pools also serve SGLang's structural tags.
 FULL_FEATURE_ENGINES = frozenset({"sglang"})
 # Engine kinds whose pools read tool calls out of the model's answers.
 TOOL_ENGINES = frozenset({"embedded", "sglang"})
@@ -126,7 +127,7 @@ def refusal(parsed: ChatCompletionRequest | CompletionRequest, pool: str, engine
         if found is not None:
             return found
     if chat:
-        return _tools(parsed, where, engine_kind in TOOL_ENGINES, full)
+        return _tools(parsed, where, engine_kind in TOOL_ENGINES, grammar)
     return None
 
 
@@ -187,7 +188,7 @@ def _completion_only(parsed, chat: bool) -> Refusal | None:
     return None
 
 
-def _tools(parsed: ChatCompletionRequest, where: str, served: bool, full: bool) -> Refusal | None:
+def _tools(parsed: ChatCompletionRequest, where: str, served: bool, grammar: bool) -> Refusal | None:
     if parsed.tools and not served:
         return Refusal(
             "tools",
@@ -211,9 +212,16 @@ def _tools(parsed: ChatCompletionRequest, where: str, served: bool, full: bool) 
         return Refusal(
             "tool_choice", f"tool_choice names {named!r}, which is not among the request's tools", code="invalid_value"
         )
-    if not full:
+    if not grammar:
         return Refusal("tool_choice", f"tool_choice {json.dumps(choice)} is not served by {where}: forcing a call "
-                       'takes constrained decoding; send "auto" (the model decides) or use an sglang pool')  # fmt: skip
+                       'takes constrained decoding; send "auto" (the model decides) or use an embedded or sglang '
+                       "pool")  # fmt: skip
+    other = [name for name in ("regex", "ebnf") if getattr(parsed, name)]
+    if parsed.response_format is not None and parsed.response_format.type != "text":
+        other.append("response_format")
+    if other:
+        return Refusal("tool_choice", f"a forced call and `{other[0]}` cannot both hold the answer; send one",
+                       code="invalid_value")  # fmt: skip
     return None
 
 

@@ -12,7 +12,14 @@ import torch
 
 from ray_dspine.engines.embedded.config import EmbeddedEngineConfig
 from ray_dspine.engines.embedded.engine import EmbeddedEngine
-from ray_dspine.engines.embedded.grammar import JSON_OBJECT, RequestGrammar, constraint, unenforced
+from ray_dspine.engines.embedded.grammar import (
+    JSON_OBJECT,
+    RequestGrammar,
+    _call_grammar,
+    constraint,
+    forced_tools,
+    unenforced,
+)
 from ray_dspine.engines.embedded.model import load_model
 from ray_dspine.engines.protocol import ChatMessage, EngineError, GenerateRequest
 
@@ -155,3 +162,70 @@ def test_rule_unenforced_is_a_400_before_decoding(loaded):
         answer(loaded, ask("hi", response_format=fmt))
     assert (refused.value.status, refused.value.param) == (400, "response_format")
     assert "`uniqueItems` at schema" in str(refused.value) and "not enforce" in str(refused.value)
+
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+NOW = {"type": "function", "function": {"name": "now", "strict": True, "parameters": {
+    "type": "object", "properties": {"tz": {"type": "string"}}, "required": ["tz"], "additionalProperties": False}}}
+CHARACTERS = ["<eos>"] + [chr(code) for code in range(32, 127)] + ["\n"]
+
+
+def takes(forced: list[list], answer: str) -> bool:
+    """Whether the forced-call grammar, one character a token, takes `answer` whole (then the end token)."""
+    info = xgrammar.TokenizerInfo(CHARACTERS, vocab_type=xgrammar.VocabType.RAW, stop_token_ids=[0])
+    matcher = xgrammar.GrammarMatcher(xgrammar.GrammarCompiler(info).compile_grammar(_call_grammar(forced)))
+    return all(matcher.accept_token(CHARACTERS.index(char)) for char in answer) and matcher.accept_token(0)
+
+
+def call(name: str, arguments: str) -> str:
+    return f'<tool_call>\n{{"name": "{name}", "arguments": {arguments}}}\n</tool_call>'
+
+
+def test_rule_forced_which_tools_and_which_arguments():
+    named = {"type": "function", "function": {"name": "now"}}
+    assert forced_tools(request(tools=[WEATHER, NOW], tool_choice="auto")) is None
+    assert forced_tools(request(tools=[WEATHER, NOW], tool_choice=named)) == [["now", NOW["function"]["parameters"]]]
+    # "required": any tool; a tool that is not strict promises no schema, so its arguments are any object
+    assert forced_tools(request(tools=[WEATHER, NOW], tool_choice="required")) == [
+        ["get_weather", {"type": "object"}], ["now", NOW["function"]["parameters"]]]  # fmt: skip
+    assert constraint(request(tools=[NOW], tool_choice="required"))[::2] == ("call", "tools")
+
+
+def test_rule_forced_the_grammar_takes_one_call_of_a_forced_tool():
+    both = forced_tools(request(tools=[WEATHER, NOW], tool_choice="required"))
+    assert takes(both, call("get_weather", '{"city": "Tokyo"}'))
+    assert takes(both, call("now", '{"tz": "UTC"}'))
+    assert not takes(both, call("now", '{"city": "Tokyo"}'))  # a strict tool's schema holds
+    assert not takes(both, call("get_weather", '"Tokyo"'))  # arguments are an object
+    assert not takes(both, "The weather is fine.")  # no text instead of the call
+    assert not takes(both, call("get_weather", "{}") + "\n" + call("now", '{"tz": "UTC"}'))  # one call
+    named = {"type": "function", "function": {"name": "now"}}
+    only_now = forced_tools(request(tools=[WEATHER, NOW], tool_choice=named))
+    assert not takes(only_now, call("get_weather", "{}"))
+
+
+@pytest.mark.parametrize("speculative", [True, False])
+def test_a_forced_call_on_the_real_model(loaded, speculative):
+    from dspine_lab.engines.tool_call_rate import WEATHER as LAB_WEATHER
+
+    async def main(req):
+        engine = EmbeddedEngine(EmbeddedEngineConfig(dtype="fp32", speculative=speculative), loader=lambda _c: loaded)
+        await engine.start()
+        try:
+            return [chunk async for chunk in engine.generate(req)]
+        finally:
+            await engine.stop()
+
+    # alone, the model answers this in text (dspine_lab's tool-call rate: 0 of 24); forced, it calls. A strict
+    # tool holds the arguments to its schema; a loose one to any object (here the model writes a schema-like one).
+    strict = {"type": "function", "function": {**LAB_WEATHER["function"], "strict": True}}
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    for tool, max_tokens, expected in ((strict, 48, {"city": "Tokyo"}),
+                                       (LAB_WEATHER, 80, {"city": {"type": "string", "description": "Tokyo"}})):
+        req = ask("What's the weather in Tokyo?", tools=[tool], tool_choice=named).model_copy(
+            update={"max_tokens": max_tokens})
+        chunks = asyncio.run(main(req))
+        calls = [d for c in chunks for d in c.tool_calls or []]
+        assert [(d["function"]["name"], json.loads(d["function"]["arguments"])) for d in calls] == [
+            ("get_weather", expected)]
+        assert chunks[-1].finish_reason == "tool_calls" and "".join(c.text for c in chunks) == ""

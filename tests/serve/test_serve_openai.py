@@ -156,6 +156,13 @@ def test_tool_calls_with_the_openai_client_streamed_or_not_on_both_pools(serve_u
     # a question no tool answers is text
     text = client.chat.completions.create(**{**ask, "messages": two_shot("Thanks! What is 2+2?")}).choices[0]
     assert (text.message.content, text.message.tool_calls, text.finish_reason) == ("2 + 2 = 4", None, "stop")
+    # unless a call is forced: "required" (any tool), here without the earlier calls, the tool strict
+    strict = {"type": "function", "function": {**WEATHER["function"], "strict": True}}
+    forced = client.chat.completions.create(**{**ask, "messages": user("What's the weather in Tokyo?"),
+                                               "tools": [strict], "tool_choice": "required"}).choices[0]  # fmt: skip
+    (call,) = forced.message.tool_calls
+    assert (call.function.name, json.loads(call.function.arguments), forced.finish_reason) == (
+        "get_weather", {"city": "Tokyo"}, "tool_calls")
 
 
 def test_completions_endpoint(serve_url):
@@ -186,8 +193,8 @@ BAD = [
     ("prompt beyond context", {"model": MODEL, "messages": user("word " * 1500), "max_tokens": 1}, 400, "messages"),
     ("bad reasoning_effort", {"model": MODEL, "messages": user("hi"), "reasoning_effort": "extreme"}, 400, "reasoning_effort"),
     ("negative temperature", {"model": MODEL, "messages": user("hi"), "temperature": -1}, 400, "temperature"),
-    ("tool_choice required", {"model": MODEL, "messages": user("hi"), "tool_choice": "required",
-                              "tools": [{"type": "function", "function": {"name": "f"}}]}, 400, "tool_choice"),
+    ("forced call beside a regex", {"model": MODEL, "messages": user("hi"), "tool_choice": "required", "regex": "a",
+                                    "tools": [{"type": "function", "function": {"name": "f"}}]}, 400, "tool_choice"),
     ("top_logprobs without logprobs", {"model": MODEL, "messages": user("hi"), "top_logprobs": 2}, 400, "top_logprobs"),
     ("regex that does not compile", {"model": MODEL, "messages": user("hi"), "regex": "a(b"}, 400, "regex"),
     ("structural tag", {"model": MODEL, "messages": user("hi"),

@@ -90,11 +90,11 @@ def test_sglang_pool_gets_tools_tool_choice_and_json_schema():
         {"role": "assistant", "content": None, "tool_calls": [
             {"id": "c1", "type": "function", "function": {"name": "run_tests", "arguments": "{}"}}]},
         {"role": "tool", "tool_call_id": "c1", "content": "1 failed"}],
-        "tools": tools, "tool_choice": "required", "parallel_tool_calls": False, "response_format": schema,
+        "tools": tools, "tool_choice": "auto", "parallel_tool_calls": False, "response_format": schema,
         "frequency_penalty": 0.2}
     typed, _ = ingress.build_request(body, request({"x-session-id": "s1"}), chat=True)
     assert prod.pool(typed.pool).engine.kind == "sglang"
-    assert (typed.tools, typed.tool_choice, typed.parallel_tool_calls) == (tools, "required", False)
+    assert (typed.tools, typed.tool_choice, typed.parallel_tool_calls) == (tools, "auto", False)
     assert typed.response_format == schema and typed.frequency_penalty == 0.2
     assert typed.messages[2].model_dump(exclude_none=True) == {"role": "tool", "content": "1 failed", "tool_call_id": "c1"}
 

@@ -90,10 +90,16 @@ def test_rule_tools_on_embedded_and_sglang_pools_only():
     assert refused(chat(tools=TOOLS, tool_choice="none"), "embedded") is None
 
 
-def test_rule_tool_choice_forcing_a_call_only_on_sglang_pools():
+def test_rule_tool_choice_forcing_a_call_on_embedded_and_sglang_pools_and_alone():
     named = {"type": "function", "function": {"name": "run_tests"}}
-    assert refused(chat(tools=TOOLS, tool_choice="required"), "embedded") == ("tool_choice", "unsupported_parameter")
-    assert refused(chat(tools=TOOLS, tool_choice=named), "embedded") == ("tool_choice", "unsupported_parameter")
+    for engine in ("embedded", "sglang"):
+        assert refused(chat(tools=TOOLS, tool_choice="required"), engine) is None
+        assert refused(chat(tools=TOOLS, tool_choice=named), engine) is None
+        # a forced call and another constraint cannot both hold the answer, as SGLang refuses
+        assert refused(chat(tools=TOOLS, tool_choice=named, regex="a+"), engine) == ("tool_choice", "invalid_value")
+        json_mode = {"type": "json_object"}
+        assert refused(chat(tools=TOOLS, tool_choice="required", response_format=json_mode), engine) == (
+            "tool_choice", "invalid_value")  # fmt: skip
     # a malformed choice is named as malformed first, on every pool
     assert refused(chat(tools=TOOLS, tool_choice="always"), "embedded") == ("tool_choice", "invalid_value")
 

@@ -122,10 +122,10 @@ BLOCK = ("# ToolsYou can call functions to help answer. The functions are listed
          '{"name": <function name>, "arguments": <arguments as a JSON object>}</tool_call>')  # newlines dropped
 
 
-def tools_request(system: str | None = None, choice: str | None = None) -> GenerateRequest:
+def tools_request(system: str | None = None, choice: str | dict | None = None, tools=(TOOL,)) -> GenerateRequest:
     turns = ([ChatMessage(role="system", content=system)] if system is not None else []) + [
         ChatMessage(role="user", content="hi")]
-    return GenerateRequest(request_id="p", max_tokens=8, messages=turns, tools=[TOOL], tool_choice=choice)
+    return GenerateRequest(request_id="p", max_tokens=8, messages=turns, tools=list(tools), tool_choice=choice)
 
 
 def test_rule_tools_block_goes_in_the_system_message_when_the_template_does_not_read_tools():
@@ -134,6 +134,11 @@ def test_rule_tools_block_goes_in_the_system_message_when_the_template_does_not_
     assert brief == ids(f"system: Be brief.{BLOCK}|user: hi|assistant: ")
     assert render_prompt(Tokenizer(), tools_request("")) == ids(f"system: {BLOCK}|user: hi|assistant: ")
     assert render_prompt(Tokenizer(), tools_request(choice="none")) == ids("user: hi|assistant: ")
+    # a named tool_choice shows that tool only, as SGLang's chat serving gives its template
+    other = {"type": "function", "function": {"name": "now"}}
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    shown = render_prompt(Tokenizer(), tools_request(choice=named, tools=(other, TOOL)))
+    assert shown == ids(f"system: {BLOCK}|user: hi|assistant: ")
 
 
 TOOLS_TEMPLATE = (

@@ -44,8 +44,8 @@ chunks (admission rule, U = C / B blocks): the rest of the prompt then runs the 
 same bits, so a warm cache gives a cold cache's greedy output. The price: a turn re-prefills up to a chunk
 of its conversation plus the last answer.
 
-Constrained decoding (grammar.py): a request with response_format, regex or ebnf gets its grammar when its
-sequence is made; every row of logits a step chooses from is masked to it.
+Constrained decoding (grammar.py): a request with response_format, regex, ebnf or a forced tool call gets its
+grammar when its sequence is made; every row of logits a step chooses from is masked to it.
 
 Tool calls (tool_parser.py): a request with active tools has its chunks read by a ToolCallReader as they
 leave the engine, which turns the calls in the text into tool-call deltas (a streamed request gets each call

@@ -3,16 +3,25 @@
 Rules:
   constraint  what SGLang 0.5.23's serving hands its grammar backend for the request: response_format
               "json_schema" -> its `schema` as JSON text (json.dumps, as SGLang's convert_json_schema_to_str),
-              "json_object" -> '{"type": "object"}', `regex`, `ebnf`. A request carries at most one
-              (request_features.py rule `grammar`); a json_schema without `schema` is refused (400), as SGLang.
+              "json_object" -> '{"type": "object"}', `regex`, `ebnf`; or a forced call (rule `forced`). A
+              request carries at most one (request_features.py rules `grammar` and `tool_choice`); a
+              json_schema without `schema` is refused (400), as SGLang.
+  forced      tool_choice "required" or a named function (tools active): the answer is one call in the format
+              tool_parser.py reads, `<tool_call>\\n{"name": "N", "arguments": ` A `}\\n</tool_call>`, then EOS.
+              N is the named function, or any of the request's tools for "required"; A is a JSON object that
+              follows the tool's `parameters` when the tool is `strict` (only a strict tool promises its
+              schema, in OpenAI's API and in SGLang's tags) and any JSON object otherwise, so the call can be
+              sent back in the next turn (openai_schema.py refuses other arguments). One call, parallel or not:
+              OpenAI asks for at least one. SGLang's qwen25 tags differ in two ways: a named choice there allows
+              a call of any of the tools, and a loose tool's arguments any JSON value.
   compile     with xgrammar, SGLang's default grammar backend, as that backend compiles each kind: a JSON
               schema allowing any whitespace, a regular expression, an EBNF grammar. One compiler an engine, over
               its tokenizer and the model's vocabulary, made on the first constrained request; xgrammar caches
               what it compiled. A constraint xgrammar refuses is a 400 naming its field.
-  unenforced  a JSON schema using what xgrammar 0.2.7 accepts but does not enforce is refused (400 naming
-              response_format, the keyword and where it is), not served unchecked: the keywords in UNENFORCED
-              (but `uniqueItems: false` and an empty dependentRequired or dependentSchemas, which ask for
-              nothing), `allOf` over more than one schema, a `format` outside ENFORCED_FORMATS. Both lists are
+  unenforced  a JSON schema using what xgrammar 0.2.7 accepts but does not enforce is refused (400 naming its
+              field, response_format or tools, the keyword and where it is), not served unchecked: the keywords
+              in UNENFORCED (but `uniqueItems: false` and an empty dependentRequired or dependentSchemas, which
+              ask for nothing), `allOf` over more than one schema, a `format` outside ENFORCED_FORMATS. Both lists are
               measured: tests/sglang_contract/test_grammar_constraints.py has xgrammar take a value breaking
               each unenforced one, and refuse one breaking each format. Subschemas are searched where JSON
               Schema 2020-12 puts them (properties, items, anyOf, $defs, ...), never inside instance values
@@ -42,7 +51,7 @@ if TYPE_CHECKING:
     import torch
 
 JSON_OBJECT = '{"type": "object"}'
-WHAT = {"json": "JSON schema", "regex": "regular expression", "ebnf": "EBNF grammar"}
+WHAT = {"json": "JSON schema", "regex": "regular expression", "ebnf": "EBNF grammar", "call": "tool-call grammar"}
 
 
 # Keywords xgrammar 0.2.7 compiles but does not enforce, and the string formats it does enforce (rule `unenforced`).
@@ -92,7 +101,8 @@ def xgrammar_reason(exc: Exception) -> str:
 
 
 def constraint(request: GenerateRequest) -> tuple[str, str, str] | None:
-    """Rule `constraint`: (kind "json" | "regex" | "ebnf", its text, the request field it came from), or None."""
+    """Rule `constraint`: (kind "json" | "call" | "regex" | "ebnf", its text, the request field it came from), or
+    None."""
     fmt = request.response_format or {}
     if fmt.get("type") == "json_schema":
         schema = (fmt.get("json_schema") or {}).get("schema")
@@ -104,11 +114,47 @@ def constraint(request: GenerateRequest) -> tuple[str, str, str] | None:
         return "json", schema if isinstance(schema, str) else json.dumps(schema), "response_format"
     if fmt.get("type") == "json_object":
         return "json", JSON_OBJECT, "response_format"
+    forced = forced_tools(request)
+    if forced is not None:
+        return "call", json.dumps(forced, ensure_ascii=False), "tools"
     if request.regex:
         return "regex", request.regex, "regex"
     if request.ebnf:
         return "ebnf", request.ebnf, "ebnf"
     return None
+
+
+def forced_tools(request: GenerateRequest) -> list[list] | None:
+    """Rule `forced`: [name, the arguments' schema] of each tool the answer may call, or None when no call is
+    forced."""
+    choice = request.tool_choice
+    if not request.tools or request.messages is None or choice in (None, "none", "auto"):
+        return None
+    named = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
+    forced = []
+    for function in (tool["function"] for tool in request.tools):
+        if named is None or function["name"] == named:
+            strict = function.get("strict") and function.get("parameters")
+            forced.append([function["name"], function["parameters"] if strict else {"type": "object"}])
+    return forced
+
+
+def _call_grammar(forced: list[list]):
+    """Rule `forced` as an xgrammar Grammar: one call of one of `forced`."""
+    import xgrammar
+
+    def literal(text: str):
+        return xgrammar.Grammar.from_ebnf("root ::= " + json.dumps(text, ensure_ascii=False))
+
+    calls = [
+        xgrammar.Grammar.concat(
+            literal(f'<tool_call>\n{{"name": {json.dumps(name, ensure_ascii=False)}, "arguments": '),
+            xgrammar.Grammar.from_json_schema(json.dumps(schema), any_whitespace=True),
+            literal("}\n</tool_call>"),
+        )
+        for name, schema in forced
+    ]
+    return calls[0] if len(calls) == 1 else xgrammar.Grammar.union(*calls)
 
 
 class Grammars:
@@ -126,7 +172,10 @@ class Grammars:
             return None
         kind, text, param = found
         if kind == "json":
-            _check_enforced(text)
+            _check_enforced(text, param)
+        if kind == "call":
+            for _name, schema in json.loads(text):
+                _check_enforced(json.dumps(schema), param)
         import xgrammar
 
         if self._compiler is None:
@@ -137,6 +186,8 @@ class Grammars:
         try:
             if kind == "json":
                 compiled = self._compiler.compile_json_schema(text, any_whitespace=True)
+            elif kind == "call":
+                compiled = self._compiler.compile_grammar(_call_grammar(json.loads(text)))
             elif kind == "regex":
                 compiled = self._compiler.compile_regex(text)
             else:
@@ -149,7 +200,7 @@ class Grammars:
         return RequestGrammar(xgrammar.GrammarMatcher(compiled))
 
 
-def _check_enforced(text: str) -> None:
+def _check_enforced(text: str, param: str) -> None:
     """Rule `unenforced` for a JSON schema's text (text that is not JSON is xgrammar's to refuse)."""
     try:
         schema = json.loads(text)
@@ -158,9 +209,9 @@ def _check_enforced(text: str) -> None:
     found = unenforced(schema)
     if found is not None:
         raise EngineError(
-            f"response_format: the JSON schema uses {found}, which xgrammar (the grammar engine) accepts but does "
-            "not enforce; remove it, or check the answer yourself",
-            status=400, param="response_format", code="invalid_value",
+            f"{param}: the JSON schema uses {found}, which xgrammar (the grammar engine) accepts but does not "
+            "enforce; remove it, or check the answer yourself",
+            status=400, param=param, code="invalid_value",
         )  # fmt: skip
 
 

@@ -8,6 +8,7 @@ SGLang 0.5.23's chat serving gives them: assistant `tool_calls` with their argum
 `tool_call_id` and `name` on tool turns. A template that does not (the default model's) would hide the tools
 from the model, so the tools block (TOOLS_HEADER, one JSON line a tool, the call format) is put in the system
 message: after the first message's text when it is a system message, else as a new system message first.
+With a named tool_choice, the tools given are that one only, as SGLang gives its template.
 Rule `history` (templates that do not read tools, with or without active tools): an assistant turn's calls
 are written after its text in the format tool_parser.py reads (`call_text`), so the model sees its own calls
 as it is asked to write them; a `tool` turn keeps its role and its text.
@@ -63,14 +64,21 @@ def _structured(message: ChatMessage) -> dict:
     return turn
 
 
+def _shown_tools(request: GenerateRequest) -> list[dict]:
+    """Rule `tools`: the request's tools, or the one a named tool_choice names."""
+    choice = request.tool_choice
+    named = (choice.get("function") or {}).get("name") if isinstance(choice, dict) else None
+    return [tool for tool in request.tools or [] if named is None or tool["function"]["name"] == named]
+
+
 def _template_input(tokenizer, request: GenerateRequest, messages: list[ChatMessage]) -> tuple[list[dict], dict]:
     """The turns and keyword arguments `apply_chat_template` gets (rules `tools` and `history`)."""
     active = tools_active(request)
     if reads_tools(tokenizer):
-        return [_structured(m) for m in messages], ({"tools": request.tools} if active else {})
+        return [_structured(m) for m in messages], ({"tools": _shown_tools(request)} if active else {})
     turns = [{"role": m.role, "content": message_text(m)} for m in messages]
     if active:
-        block = tools_block(request.tools or [])
+        block = tools_block(_shown_tools(request))
         if turns and turns[0]["role"] == "system":
             text = turns[0]["content"]
             turns[0] = {"role": "system", "content": f"{text}\n\n{block}" if text else block}

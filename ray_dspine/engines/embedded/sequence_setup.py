@@ -8,8 +8,9 @@ Rules (C = min(context_length_tokens, the model's context), P = prompt tokens, M
   A logit_bias key outside the model's vocabulary is refused (400, param logit_bias), as SGLang's
   SamplingParams.verify refuses it; so is a stop_regex pattern the `regex` package cannot compile (400, param
   stop_regex: detokenizer.py searches with it; the ingress has checked it compiles under `re`, as SGLang does).
-  A response_format, regex or ebnf constraint is compiled into the request's grammar (grammar.py), or refused
-  (400) where it does not compile. Sampling draws from a generator seeded with the request's seed (a random one without).
+  A response_format, regex or ebnf constraint, or a forced tool call, is compiled into the request's grammar
+  (grammar.py), or refused (400) where it does not compile or would not be enforced.
+  Sampling draws from a generator seeded with the request's seed (a random one without).
   A seeded sampled request drafts with the prior step costs 1 + draft_cost_ratio_prior * k, never the
   measured ones nor an exploration, and its acceptance counts start neutral and feed no pool
   (draft_policy.py rules `cost`, `explore`, `prior`). Any other adaptive request's counts start from,
