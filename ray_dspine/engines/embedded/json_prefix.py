@@ -90,7 +90,7 @@ class JsonPrefix:
         expect = self._stack[-1][1] if self._stack else "value"
         if expect in ("value", "value_or_close"):
             if char == "]" and expect == "value_or_close":
-                self._close("arr", char)
+                self._close(char)
             elif char in "{[":
                 self._start_value()
                 self.text += char
@@ -109,7 +109,7 @@ class JsonPrefix:
                 self.text += char
                 self._mode, self._is_key, self._key = "string", True, ""
             elif char == "}" and expect == "key_or_close":
-                self._close("obj", char)
+                self._close(char)
             else:
                 self.broken = True
         elif expect == "colon":
@@ -124,7 +124,7 @@ class JsonPrefix:
                 self.text += ", "
                 self._stack[-1][1] = "key" if kind == "obj" else "value"
             elif char == ("}" if kind == "obj" else "]"):
-                self._close(kind, char)
+                self._close(char)
             else:
                 self.broken = True
 
@@ -203,7 +203,7 @@ class JsonPrefix:
             self.members[self._key] = [len(self.text), None]
             self._member = self._key
 
-    def _close(self, kind: str, char: str) -> None:
+    def _close(self, char: str) -> None:
         self.text += char
         self._stack.pop()
         self._end_value()
