@@ -14,9 +14,9 @@ Rules, checked in this order; the first that applies refuses with 400, param = t
                       sglang pools only (a simulated pool has no model to score tokens).
   echo/best_of/suffix completions: `echo` true, `best_of` > 1, `suffix` non-empty. Refused on every pool.
   chat fields         completions: `continue_final_message` true is refused (a chat field).
-  response_format     completions: refused (a chat field). Chat: "json_object" and "json_schema" on embedded
-                      and sglang pools (constrained decoding: SGLang's grammar backend, the embedded engine's
-                      grammar.py, both xgrammar); "structural_tag" on sglang pools only.
+  response_format     completions: refused (a chat field). Chat: "json_object", "json_schema" and
+                      "structural_tag" on embedded and sglang pools (constrained decoding: SGLang's grammar
+                      backend, the embedded engine's grammar.py, both xgrammar).
   min_tokens          above the max tokens asked for: refused on every pool (code invalid_value), as SGLang's
                       SamplingParams.verify refuses it.
   grammar             `regex` or `ebnf` non-empty: embedded and sglang pools; more than one of `regex`, `ebnf`
@@ -47,8 +47,6 @@ from .openai_schema import ChatCompletionRequest, CompletionRequest
 
 # Engine kinds whose pools constrain decoding to a grammar (response_format, regex, ebnf, forced tool calls).
 GRAMMAR_ENGINES = frozenset({"embedded", "sglang"})
-# Engine kinds whose pools also serve SGLang's structural tags.
-FULL_FEATURE_ENGINES = frozenset({"sglang"})
 # Engine kinds whose pools read tool calls out of the model's answers.
 TOOL_ENGINES = frozenset({"embedded", "sglang"})
 # Engine kinds whose pools return log-probabilities.
@@ -102,7 +100,6 @@ class Refusal:
 def refusal(parsed: ChatCompletionRequest | CompletionRequest, pool: str, engine_kind: str) -> Refusal | None:
     """The first rule above that `parsed` breaks on a pool of `engine_kind`, or None."""
     chat = isinstance(parsed, ChatCompletionRequest)
-    full = engine_kind in FULL_FEATURE_ENGINES
     grammar = engine_kind in GRAMMAR_ENGINES
     where = f"pool {pool!r} ({engine_kind} engine)"
     found = _logprobs(parsed, chat, where, engine_kind in LOGPROB_ENGINES) or _completion_only(parsed, chat)
@@ -114,14 +111,9 @@ def refusal(parsed: ChatCompletionRequest | CompletionRequest, pool: str, engine
     if not chat and parsed.response_format is not None:
         return Refusal("response_format", "`response_format` is a chat field: send the request to /v1/chat/completions")
     kind = parsed.response_format.type if chat and parsed.response_format is not None else "text"
-    if kind != "text" and not (full or (grammar and kind != "structural_tag")):
-        served_by = "an sglang pool serves it" if kind == "structural_tag" else "an embedded or sglang pool serves it"
-        return Refusal(
-            "response_format",
-            f"`response_format` {kind!r} is not served by {where}: "
-            + ("it has no constrained decoding; " if not grammar else "")
-            + served_by,
-        )
+    if kind != "text" and not grammar:
+        return Refusal("response_format", f"`response_format` {kind!r} is not served by {where}: it has no "
+                       "constrained decoding; an embedded or sglang pool serves it")  # fmt: skip
     for check in (_min_tokens, _grammar, _sglang_fields):
         found = check(parsed, chat, where, grammar)
         if found is not None:

@@ -130,6 +130,15 @@ def test_json_object_regex_and_ebnf_hold_on_the_real_model(loaded):
     assert finish == "stop" and text in ("yes", "no")  # rule `min_tokens`: nothing else is left to choose
 
 
+def test_a_structural_tag_holds_on_the_real_model(loaded):
+    tag = {"type": "structural_tag", "triggers": ["<weather>"], "at_least_one": True,
+           "structures": [{"begin": "<weather>", "schema": TRIP, "end": "</weather>"}]}  # fmt: skip
+    text, finish = answer(loaded, ask("Plan a 3 day trip to Paris.", response_format=tag))
+    assert text.startswith("<weather>") and "</weather>" in text  # at_least_one: a tag first
+    body = json.loads(text[len("<weather>") : text.index("</weather>")])
+    assert set(body) == {"city", "days"}
+
+
 @pytest.mark.parametrize(("fields", "param"), [
     ({"regex": "a(b"}, "regex"),
     ({"ebnf": "root ::= undefined_rule"}, "ebnf"),

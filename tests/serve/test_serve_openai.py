@@ -197,9 +197,9 @@ BAD = [
                                     "tools": [{"type": "function", "function": {"name": "f"}}]}, 400, "tool_choice"),
     ("top_logprobs without logprobs", {"model": MODEL, "messages": user("hi"), "top_logprobs": 2}, 400, "top_logprobs"),
     ("regex that does not compile", {"model": MODEL, "messages": user("hi"), "regex": "a(b"}, 400, "regex"),
-    ("structural tag", {"model": MODEL, "messages": user("hi"),
-                        "response_format": {"type": "structural_tag", "structures": [], "triggers": []}},
-     400, "response_format"),
+    ("structural tag that does not compile", {"model": MODEL, "messages": user("hi"), "response_format": {
+        "type": "structural_tag", "structures": [{"begin": "<a>", "schema": {"type": 5}, "end": "</a>"}],
+        "triggers": ["<a>"]}}, 400, "response_format"),
     ("tool_choice without tools", {"model": MODEL, "messages": user("hi"), "tool_choice": "required"}, 400, "tool_choice"),
 ]
 

@@ -49,16 +49,15 @@ def test_rule_echo_best_of_suffix_refused_on_every_pool():
         assert refused(completion(suffix="\n    return x"), engine)[0] == "suffix"
 
 
-def test_rule_response_format_json_on_embedded_and_sglang_pools_tags_on_sglang_only_and_only_in_chat():
+def test_rule_response_format_on_embedded_and_sglang_pools_and_only_in_chat():
     json_mode = {"type": "json_object"}
     schema = {"type": "json_schema", "json_schema": {"name": "patch", "schema": {"type": "object"}}}
     tags = {"type": "structural_tag", "structures": [], "triggers": []}
     for engine in ("embedded", "sglang"):
-        assert refused(chat(response_format=json_mode), engine) is None
-        assert refused(chat(response_format=schema), engine) is None
-    assert refused(chat(response_format=schema), "simulated") == ("response_format", "unsupported_parameter")
-    assert refused(chat(response_format=tags), "embedded") == ("response_format", "unsupported_parameter")
-    assert refused(chat(response_format=tags), "sglang") is None
+        for fmt in (json_mode, schema, tags):
+            assert refused(chat(response_format=fmt), engine) is None
+    for fmt in (json_mode, schema, tags):
+        assert refused(chat(response_format=fmt), "simulated") == ("response_format", "unsupported_parameter")
     assert refused(completion(response_format=json_mode), "sglang")[0] == "response_format"
 
 

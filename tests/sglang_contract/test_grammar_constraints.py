@@ -7,6 +7,8 @@
               (`fill_vocab_mask`, `apply_vocab_mask`, `accept_token`), allows at every position of an answer the
               same tokens as grammar.py's mask of one verify block holding the whole answer as its draft, and
               after the answer only EOS on both sides.
+  tags        the same for SGLang's structural tags, its legacy form and xgrammar's format, from the text
+              SGLang's `to_sampling_params` hands its backend (`dispatch_structural_tag`).
   validity    a constraint SGLang's backend cannot compile (its InvalidGrammarObject) is one grammar.py refuses
               with a 400, and the other way round.
   unenforced  the measurement behind grammar.py's lists: over a one-character-a-token vocabulary, xgrammar takes
@@ -44,7 +46,22 @@ CASES = {  # request fields -> an answer that follows them
     "regex": ({"regex": "[0-9]{3}-[a-z]{3}"}, "123-abc"),
     "ebnf": ({"ebnf": 'root ::= "yes" | "no" | "maybe " [0-9]'}, "maybe 7"),
 }  # fmt: skip
+TAGS = {  # structural tags, both of SGLang's forms -> an answer that follows them
+    "legacy tag": ({"response_format": {
+        "type": "structural_tag", "triggers": ["<weather>", "<note>"], "at_least_one": True,
+        "structures": [{"begin": "<weather>", "schema": TRIP, "end": "</weather>"},
+                       {"begin": "<note>", "end": "</note>"}]}},
+        '<weather>{"city": "Rome", "days": 2}</weather>'),  # at_least_one: a tag first, no free text
+    "tag format": ({"response_format": {
+        "type": "structural_tag", "format": {"type": "sequence", "elements": [
+            {"type": "const_string", "value": "Answer: "},
+            {"type": "tag", "begin": "<json>", "content": {"type": "json_schema", "json_schema": {"type": "array"}},
+             "end": "</json>"}]}}},
+        'Answer: <json>[1, "a"]</json>'),
+}  # fmt: skip
 BROKEN = {
+    "structural_tag": {"response_format": {"type": "structural_tag", "triggers": ["<b>"],
+                                           "structures": [{"begin": "<a>", "end": "</a>"}]}},  # no trigger opens <a>
     "regex": {"regex": "a(b"},
     "ebnf": {"ebnf": "root ::= undefined_rule"},
     "json_schema": {"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": 5}}}},
@@ -66,7 +83,7 @@ def sglangs_constraint(fields: dict) -> tuple[str, str]:
     from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest as Theirs
 
     params = Theirs.model_validate(bodies(fields)).to_sampling_params(stop=[], model_generation_config={})
-    (found,) = [(kind, params[kind]) for kind in ("json_schema", "regex", "ebnf") if params.get(kind)]
+    (found,) = [(kind, params[kind]) for kind in ("json_schema", "regex", "ebnf", "structural_tag") if params.get(kind)]
     return found
 
 
@@ -83,15 +100,16 @@ def side_by_side():
 
     loaded = load_model(EmbeddedEngineConfig(dtype="fp32"))
     vocab = loaded.model.config.vocab_size
-    theirs = XGrammarGrammarBackend(loaded.tokenizer, vocab_size=vocab, model_eos_token_ids=sorted(loaded.eos_token_ids))
+    eos = sorted(loaded.eos_token_ids)
+    theirs = XGrammarGrammarBackend(loaded.tokenizer, vocab_size=vocab, model_eos_token_ids=eos)
     return loaded, Grammars(loaded.tokenizer, vocab, loaded.eos_token_ids), theirs
 
 
 def sglang_grammar(backend, fields: dict):
     kind, text = sglangs_constraint(fields)
-    return {"json_schema": backend.dispatch_json, "regex": backend.dispatch_regex, "ebnf": backend.dispatch_ebnf}[kind](
-        text
-    )
+    dispatch = {"json_schema": backend.dispatch_json, "regex": backend.dispatch_regex, "ebnf": backend.dispatch_ebnf,
+                "structural_tag": backend.dispatch_structural_tag}  # fmt: skip
+    return dispatch[kind](text)
 
 
 def allowed_rows(masked: torch.Tensor) -> list[set[int]]:
@@ -120,6 +138,26 @@ def test_rule_masks_are_sglangs_at_every_position_of_an_answer(side_by_side, nam
     assert 1 < len(expected[0]) < vocab  # the mask leaves a choice, and not every token
 
 
+@pytest.mark.parametrize("name", sorted(TAGS))
+def test_rule_tags_masks_are_sglangs_at_every_position_of_an_answer(side_by_side, name):
+    loaded, grammars, backend = side_by_side
+    fields, text = TAGS[name]
+    theirs = sglang_grammar(backend, fields)
+    tokens = loaded.tokenizer.encode(text, add_special_tokens=False)
+    vocab = loaded.model.config.vocab_size
+    expected, mask = [], theirs.allocate_vocab_mask(vocab, 1, "cpu")
+    for token in tokens + [None]:
+        theirs.fill_vocab_mask(mask, 0)
+        logits = torch.zeros(1, vocab)
+        theirs.apply_vocab_mask(logits, mask)
+        expected.append(set(torch.isfinite(logits[0]).nonzero().flatten().tolist()))
+        if token is not None:
+            theirs.accept_token(token)
+    grammar = grammars.for_request(ours(fields))
+    assert allowed_rows(grammar.mask(torch.zeros(len(tokens) + 1, vocab), tokens)) == expected
+    assert set(loaded.eos_token_ids) <= expected[-1]  # the answer may end there (or go on: tags may follow)
+
+
 @pytest.mark.parametrize("name", sorted(BROKEN))
 def test_rule_validity_what_sglang_cannot_compile_is_a_400(side_by_side, name):
     from sglang.srt.constrained.base_grammar_backend import InvalidGrammarObject
@@ -129,7 +167,7 @@ def test_rule_validity_what_sglang_cannot_compile_is_a_400(side_by_side, name):
     with pytest.raises(EngineError) as refused:
         grammars.for_request(ours(BROKEN[name]))
     assert (refused.value.status, refused.value.code) == (400, "invalid_value")
-    for fields, _text in CASES.values():
+    for fields, _text in [*CASES.values(), *TAGS.values()]:
         assert not isinstance(sglang_grammar(backend, fields), InvalidGrammarObject)
         assert grammars.for_request(ours(fields)) is not None
 

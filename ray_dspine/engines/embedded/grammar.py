@@ -3,9 +3,10 @@
 Rules:
   constraint  what SGLang 0.5.23's serving hands its grammar backend for the request: response_format
               "json_schema" -> its `schema` as JSON text (json.dumps, as SGLang's convert_json_schema_to_str),
-              "json_object" -> '{"type": "object"}', `regex`, `ebnf`; or a forced call (rule `forced`). A
-              request carries at most one (request_features.py rules `grammar` and `tool_choice`); a
-              json_schema without `schema` is refused (400), as SGLang.
+              "json_object" -> '{"type": "object"}', "structural_tag" -> the whole response_format (rule
+              `tags`), `regex`, `ebnf`; or a forced call (rule `forced`). A request carries at most one
+              (request_features.py rules `grammar` and `tool_choice`); a json_schema without `schema` is
+              refused (400), as SGLang.
   forced      tool_choice "required" or a named function (tools active): the answer is one call in the format
               tool_parser.py reads, `<tool_call>\\n{"name": "N", "arguments": ` A `}\\n</tool_call>`, then EOS.
               N is the named function, or any of the request's tools for "required"; A is a JSON object that
@@ -14,8 +15,14 @@ Rules:
               sent back in the next turn (openai_schema.py refuses other arguments). One call, parallel or not:
               OpenAI asks for at least one. SGLang's qwen25 tags differ in two ways: a named choice there allows
               a call of any of the tools, and a loose tool's arguments any JSON value.
+  tags        SGLang's structural tags, in either form SGLang takes. The legacy form ({"structures": [{begin,
+              schema, end}], "triggers": [...], "at_least_one"}) becomes xgrammar's tag items and
+              `StructuralTag.from_legacy_structural_tag`, with at_least_one carried over; a structure without
+              a schema takes any JSON. The current form ({"format": {...}}) goes to xgrammar whole, with any
+              json_schema element that has no schema given an empty one (any JSON), as SGLang does. Their
+              schemas fall under rule `unenforced`.
   compile     with xgrammar, SGLang's default grammar backend, as that backend compiles each kind: a JSON
-              schema allowing any whitespace, a regular expression, an EBNF grammar. One compiler an engine, over
+              schema allowing any whitespace, a regular expression, an EBNF grammar, a structural tag. One compiler an engine, over
               its tokenizer and the model's vocabulary, made on the first constrained request; xgrammar caches
               what it compiled. A constraint xgrammar refuses is a 400 naming its field.
   unenforced  a JSON schema using what xgrammar 0.2.7 accepts but does not enforce is refused (400 naming its
@@ -51,7 +58,8 @@ if TYPE_CHECKING:
     import torch
 
 JSON_OBJECT = '{"type": "object"}'
-WHAT = {"json": "JSON schema", "regex": "regular expression", "ebnf": "EBNF grammar", "call": "tool-call grammar"}
+WHAT = {"json": "JSON schema", "regex": "regular expression", "ebnf": "EBNF grammar", "call": "tool-call grammar",
+        "tag": "structural tag"}  # fmt: skip
 
 
 # Keywords xgrammar 0.2.7 compiles but does not enforce, and the string formats it does enforce (rule `unenforced`).
@@ -114,6 +122,8 @@ def constraint(request: GenerateRequest) -> tuple[str, str, str] | None:
         return "json", schema if isinstance(schema, str) else json.dumps(schema), "response_format"
     if fmt.get("type") == "json_object":
         return "json", JSON_OBJECT, "response_format"
+    if fmt.get("type") == "structural_tag":
+        return "tag", json.dumps(fmt), "response_format"
     forced = forced_tools(request)
     if forced is not None:
         return "call", json.dumps(forced, ensure_ascii=False), "tools"
@@ -157,6 +167,39 @@ def _call_grammar(forced: list[list]):
     return calls[0] if len(calls) == 1 else xgrammar.Grammar.union(*calls)
 
 
+def _tag_schemas(tag: dict) -> list:
+    """Rule `tags`: the JSON schemas a structural tag holds (legacy structures, or json_schema elements)."""
+    if tag.get("structures") is not None:
+        return [structure.get("schema") or {} for structure in tag["structures"] if isinstance(structure, dict)]
+    found, stack = [], [tag.get("format")]
+    while stack:
+        element = stack.pop()
+        if isinstance(element, dict):
+            if element.get("type") in ("json_schema", "qwen_xml_parameter"):
+                if element.get("json_schema") is None:
+                    element["json_schema"] = {}
+                found.append(element["json_schema"])
+            stack += [element.get("content"), *(element.get("elements") or []), *(element.get("tags") or [])]
+    return found
+
+
+def _structural_tag(tag: dict):
+    """Rule `tags`: what xgrammar's compile_structural_tag takes for `tag`."""
+    import xgrammar
+
+    if tag.get("structures") is None:
+        _tag_schemas(tag)  # fills each json_schema element's missing schema
+        return json.dumps(tag)
+    items = [
+        xgrammar.StructuralTagItem(begin=s["begin"], schema=json.dumps({} if s.get("schema") is None else s["schema"]),
+                                   end=s["end"])
+        for s in tag["structures"]
+    ]  # fmt: skip
+    converted = xgrammar.StructuralTag.from_legacy_structural_tag(items, tag.get("triggers") or [])
+    converted.format.at_least_one = bool(tag.get("at_least_one", False))
+    return converted
+
+
 class Grammars:
     """One engine's grammar compiler (rule `compile`), made on first use."""
 
@@ -176,6 +219,9 @@ class Grammars:
         if kind == "call":
             for _name, schema in json.loads(text):
                 _check_enforced(json.dumps(schema), param)
+        if kind == "tag":
+            for schema in _tag_schemas(json.loads(text)):
+                _check_enforced(json.dumps(schema), param)
         import xgrammar
 
         if self._compiler is None:
@@ -188,6 +234,8 @@ class Grammars:
                 compiled = self._compiler.compile_json_schema(text, any_whitespace=True)
             elif kind == "call":
                 compiled = self._compiler.compile_grammar(_call_grammar(json.loads(text)))
+            elif kind == "tag":
+                compiled = self._compiler.compile_structural_tag(_structural_tag(json.loads(text)))
             elif kind == "regex":
                 compiled = self._compiler.compile_regex(text)
             else:
