@@ -116,35 +116,14 @@ def allowed_rows(masked: torch.Tensor) -> list[set[int]]:
     return [set(torch.isfinite(row).nonzero().flatten().tolist()) for row in masked]
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_rule_masks_are_sglangs_at_every_position_of_an_answer(side_by_side, name):
+def side_by_side_rows(side_by_side, fields: dict, text: str) -> tuple[list[set[int]], list[set[int]]]:
+    """The tokens allowed at each position of `text` and after it: SGLang's backend one token at a time
+    (`fill_vocab_mask`, `apply_vocab_mask`, then `accept_token`, which raises on a refused token), and ours for one
+    verify block holding the whole answer as its draft."""
     loaded, grammars, backend = side_by_side
-    fields, text = CASES[name]
     tokens = loaded.tokenizer.encode(text, add_special_tokens=False)
     vocab = loaded.model.config.vocab_size
     theirs = sglang_grammar(backend, fields)
-    expected = []
-    mask = theirs.allocate_vocab_mask(vocab, 1, "cpu")
-    for token in tokens + [None]:
-        theirs.fill_vocab_mask(mask, 0)
-        logits = torch.zeros(1, vocab)
-        theirs.apply_vocab_mask(logits, mask)
-        expected.append(set(torch.isfinite(logits[0]).nonzero().flatten().tolist()))
-        if token is not None:
-            theirs.accept_token(token)  # raises on a token its grammar refuses
-    grammar = grammars.for_request(ours(fields))
-    assert allowed_rows(grammar.mask(torch.zeros(len(tokens) + 1, vocab), tokens)) == expected
-    assert expected[-1] == set(loaded.eos_token_ids)  # complete: only EOS, on both sides
-    assert 1 < len(expected[0]) < vocab  # the mask leaves a choice, and not every token
-
-
-@pytest.mark.parametrize("name", sorted(TAGS))
-def test_rule_tags_masks_are_sglangs_at_every_position_of_an_answer(side_by_side, name):
-    loaded, grammars, backend = side_by_side
-    fields, text = TAGS[name]
-    theirs = sglang_grammar(backend, fields)
-    tokens = loaded.tokenizer.encode(text, add_special_tokens=False)
-    vocab = loaded.model.config.vocab_size
     expected, mask = [], theirs.allocate_vocab_mask(vocab, 1, "cpu")
     for token in tokens + [None]:
         theirs.fill_vocab_mask(mask, 0)
@@ -154,8 +133,23 @@ def test_rule_tags_masks_are_sglangs_at_every_position_of_an_answer(side_by_side
         if token is not None:
             theirs.accept_token(token)
     grammar = grammars.for_request(ours(fields))
-    assert allowed_rows(grammar.mask(torch.zeros(len(tokens) + 1, vocab), tokens)) == expected
-    assert set(loaded.eos_token_ids) <= expected[-1]  # the answer may end there (or go on: tags may follow)
+    return expected, allowed_rows(grammar.mask(torch.zeros(len(tokens) + 1, vocab), tokens))
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_rule_masks_are_sglangs_at_every_position_of_an_answer(side_by_side, name):
+    expected, found = side_by_side_rows(side_by_side, *CASES[name])
+    assert found == expected
+    loaded = side_by_side[0]
+    assert expected[-1] == set(loaded.eos_token_ids)  # complete: only EOS, on both sides
+    assert 1 < len(expected[0]) < loaded.model.config.vocab_size  # the mask leaves a choice, and not every token
+
+
+@pytest.mark.parametrize("name", sorted(TAGS))
+def test_rule_tags_masks_are_sglangs_at_every_position_of_an_answer(side_by_side, name):
+    expected, found = side_by_side_rows(side_by_side, *TAGS[name])
+    assert found == expected
+    assert set(side_by_side[0].eos_token_ids) <= expected[-1]  # the answer may end there (or go on: tags may follow)
 
 
 @pytest.mark.parametrize("name", sorted(BROKEN))

@@ -22,9 +22,9 @@ Rules:
               json_schema element that has no schema given an empty one (any JSON), as SGLang does. Their
               schemas fall under rule `unenforced`.
   compile     with xgrammar, SGLang's default grammar backend, as that backend compiles each kind: a JSON
-              schema allowing any whitespace, a regular expression, an EBNF grammar, a structural tag. One compiler an engine, over
-              its tokenizer and the model's vocabulary, made on the first constrained request; xgrammar caches
-              what it compiled. A constraint xgrammar refuses is a 400 naming its field.
+              schema allowing any whitespace, a regular expression, an EBNF grammar, a structural tag. One
+              compiler an engine, over its tokenizer and the model's vocabulary, made on the first constrained
+              request; xgrammar caches what it compiled. A constraint xgrammar refuses is a 400 naming its field.
   unenforced  a JSON schema using what xgrammar 0.2.7 accepts but does not enforce is refused (400 naming its
               field, response_format or tools, the keyword and where it is), not served unchecked: the keywords
               in UNENFORCED (but `uniqueItems: false` and an empty dependentRequired or dependentSchemas, which
