@@ -84,8 +84,7 @@ class _Stream:
         self.finish_reason: str | None = None
         self.done = False
         self.text: list[str] = []
-        self.calls: dict[int, str] = {}  # a tool call's index -> its function's name
-        self.call_arguments: dict[int, str] = {}  # a tool call's index -> its arguments so far
+        self.calls: dict[int, list[str]] = {}  # a tool call's index -> [its function's name, its arguments so far]
 
     def feed(self, data: str, offset_s: float) -> tuple[ErrorKind, str] | None:
         if data.strip() == "[DONE]":
@@ -111,10 +110,10 @@ class _Stream:
             self.finish_reason = choice["finish_reason"]
         delta = choice.get("delta") or {}
         for call in delta.get("tool_calls") or []:
-            index, function = call.get("index", 0), call.get("function") or {}
-            if function.get("name") and index not in self.calls:
-                self.calls[index] = function["name"]
-            self.call_arguments[index] = self.call_arguments.get(index, "") + (function.get("arguments") or "")
+            function = call.get("function") or {}
+            name_and_arguments = self.calls.setdefault(call.get("index", 0), ["", ""])
+            name_and_arguments[0] = name_and_arguments[0] or function.get("name") or ""
+            name_and_arguments[1] += function.get("arguments") or ""
         piece = choice.get("text") or delta.get("content") or delta.get("reasoning_content") or ""
         if piece or delta.get("tool_calls"):
             count = 1
@@ -128,16 +127,17 @@ class _Stream:
             self.usage = usage
         return None
 
-
     def complete_calls(self) -> list[str]:
         """`answer_calls` (the rule above)."""
         names = []
         for index in sorted(self.calls):
+            name, arguments = self.calls[index]
             try:
-                json.loads(self.call_arguments.get(index) or "")
+                json.loads(arguments)
             except ValueError:
                 continue
-            names.append(self.calls[index])
+            if name:
+                names.append(name)
         return names
 
 

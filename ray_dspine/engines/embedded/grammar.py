@@ -53,6 +53,7 @@ import re
 from typing import TYPE_CHECKING
 
 from ..protocol import EngineError, GenerateRequest
+from .tool_parser import offered_tools
 
 if TYPE_CHECKING:
     import torch
@@ -137,15 +138,12 @@ def constraint(request: GenerateRequest) -> tuple[str, str, str] | None:
 def forced_tools(request: GenerateRequest) -> list[list] | None:
     """Rule `forced`: [name, the arguments' schema] of each tool the answer may call, or None when no call is
     forced."""
-    choice = request.tool_choice
-    if not request.tools or request.messages is None or choice in (None, "none", "auto"):
+    if not request.tools or request.messages is None or request.tool_choice in (None, "none", "auto"):
         return None
-    named = choice.get("function", {}).get("name") if isinstance(choice, dict) else None
     forced = []
-    for function in (tool["function"] for tool in request.tools):
-        if named is None or function["name"] == named:
-            strict = function.get("strict") and function.get("parameters")
-            forced.append([function["name"], function["parameters"] if strict else {"type": "object"}])
+    for function in (tool["function"] for tool in offered_tools(request)):
+        strict = function.get("strict") and function.get("parameters")
+        forced.append([function["name"], function["parameters"] if strict else {"type": "object"}])
     return forced
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 
 from ..protocol import ChatMessage, EngineError, GenerateRequest
-from .tool_parser import CALL_END, CALL_START, call_arguments, call_text, tools_active
+from .tool_parser import CALL_END, CALL_START, call_arguments, call_text, offered_tools, tools_active
 
 TOOLS_HEADER = "# Tools\n\nYou can call functions to help answer. The functions are listed in <tools></tools> tags:"
 CALL_FORMAT = ("To call a function, answer with a JSON object holding its name and arguments inside "
@@ -64,21 +64,14 @@ def _structured(message: ChatMessage) -> dict:
     return turn
 
 
-def _shown_tools(request: GenerateRequest) -> list[dict]:
-    """Rule `tools`: the request's tools, or the one a named tool_choice names."""
-    choice = request.tool_choice
-    named = (choice.get("function") or {}).get("name") if isinstance(choice, dict) else None
-    return [tool for tool in request.tools or [] if named is None or tool["function"]["name"] == named]
-
-
 def _template_input(tokenizer, request: GenerateRequest, messages: list[ChatMessage]) -> tuple[list[dict], dict]:
     """The turns and keyword arguments `apply_chat_template` gets (rules `tools` and `history`)."""
     active = tools_active(request)
     if reads_tools(tokenizer):
-        return [_structured(m) for m in messages], ({"tools": _shown_tools(request)} if active else {})
+        return [_structured(m) for m in messages], ({"tools": offered_tools(request)} if active else {})
     turns = [{"role": m.role, "content": message_text(m)} for m in messages]
     if active:
-        block = tools_block(_shown_tools(request))
+        block = tools_block(offered_tools(request))
         if turns and turns[0]["role"] == "system":
             text = turns[0]["content"]
             turns[0] = {"role": "system", "content": f"{text}\n\n{block}" if text else block}

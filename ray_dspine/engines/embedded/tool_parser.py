@@ -75,6 +75,14 @@ def tools_active(request: GenerateRequest) -> bool:
     return request.messages is not None and bool(request.tools) and request.tool_choice != "none"
 
 
+def offered_tools(request: GenerateRequest) -> list[dict]:
+    """The request's tools, or only the one a named tool_choice names (what the prompt shows, prompt.py rule
+    `tools`, and what a forced call may call, grammar.py rule `forced`)."""
+    choice = request.tool_choice
+    named = (choice.get("function") or {}).get("name") if isinstance(choice, dict) else None
+    return [tool for tool in request.tools or [] if named is None or tool["function"]["name"] == named]
+
+
 def new_call_id() -> str:
     return f"call_{uuid.uuid4().hex[:24]}"
 
