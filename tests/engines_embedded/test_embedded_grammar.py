@@ -65,6 +65,10 @@ def test_rule_mask_each_row_after_the_draft_tokens_before_it():
     # a draft token the grammar refuses ends the masking; rows after it are never read
     masked = grammar.mask(torch.zeros(3, 5), [B, C])
     assert allowed(masked[:1]) == [[A, AB]] and allowed(masked[1:]) == [[EOS, A, B, AB, C]] * 2
+    # so does a drafted end token that ends the grammar: the request ends at it, and it is taken back too
+    masked = grammar.mask(torch.zeros(4, 5), [A, C, EOS])
+    assert allowed(masked[:3]) == [[A, AB], [B, C], [EOS]] and allowed(masked[3:]) == [[EOS, A, B, AB, C]]
+    assert allowed(grammar.mask(torch.zeros(1, 5), [])) == [[A, AB]]
 
 
 def test_rule_end_the_token_that_ends_the_grammar():

@@ -35,7 +35,8 @@ Rules:
               such as `const`, `enum` or `default`.
   mask        every logits row the engine chooses a token from has the tokens the grammar does not allow there
               at -inf: the first token's row, and row i of a verify block after the output and d1..di. A draft
-              token the grammar refuses ends the masking: it cannot be accepted, so no row after it is read.
+              token the grammar refuses ends the masking: it cannot be accepted, so no row after it is read. So
+              does a drafted end token the grammar accepts: the request ends at it.
   end         once the grammar is complete it allows only the model's EOS tokens (the stop tokens SGLang's
               xgrammar backend gives xgrammar); the token that ends it ends the request ("stop", that token
               matched), under ignore_eos too, as SGLang finishes a request whose grammar terminated.
@@ -273,14 +274,17 @@ class RequestGrammar:
 
         rows, vocab = logits.shape
         bitmask = xgrammar.allocate_token_bitmask(rows, vocab)
-        filled = 0
+        filled = accepted = 0
         for row in range(rows):
             self._matcher.fill_next_token_bitmask(bitmask, row)
             filled += 1
             if row == rows - 1 or not self._matcher.accept_token(draft[row]):
                 break
-        if filled > 1:  # every row but the last filled one accepted its draft token
-            self._matcher.rollback(filled - 1)
+            accepted += 1
+            if self._matcher.is_terminated():
+                break  # a drafted end token ended the grammar: the request ends there, no later row is read
+        if accepted:
+            self._matcher.rollback(accepted)  # the draft tokens are taken back
         masked = logits.float().clone()
         xgrammar.apply_token_bitmask_inplace(masked[:filled], bitmask[:filled])
         return masked
