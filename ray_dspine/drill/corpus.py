@@ -1,4 +1,5 @@
-"""A corpus of bad and odd requests for the OpenAI-compatible API, each with the status it must get.
+"""A corpus of bad and odd requests for the OpenAI-compatible API and Anthropic's Messages API over it, each with
+the status it must get.
 
 Rules (what each generator emits; `model` is the served model name, `limit` the body-size limit in bytes):
   wrong types   each known field x each JSON type its OpenAI type excludes (no coercion: "4", true, 4.5
@@ -22,6 +23,13 @@ Rules (what each generator emits; `model` is the served model name, `limit` the 
   methods       a method the route does not take -> 405; unknown routes -> 404.
   odd but valid token-id prompts, an empty prompt, a one-element prompt list, null optionals, content
                 parts, integer temperatures, a tool turn, tools -> 200.
+  messages API  /v1/messages (serve/anthropic.py): a missing or zero max_tokens, a field of the wrong type, a
+                role or block type the API does not have, blocks no pool reads (image, document, redacted
+                thinking), a tool result without its tool_use_id, a custom tool without its input_schema, a
+                tool_choice naming no tool of the request, sampling out of Anthropic's ranges, a thinking type it
+                does not have -> 400 naming the field; an unknown model -> 404; GET -> 405; a tool round trip,
+                cache_control, a server tool beside a custom one, thinking off, metadata and the client's newer
+                fields -> 200.
 Every case is a `Case`: method, path, body bytes, headers, expected status and (for 400s) expected param.
 """
 
@@ -32,6 +40,7 @@ from dataclasses import dataclass, field
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
+MESSAGES = "/v1/messages"
 JSON = {"content-type": "application/json"}
 
 # The wrong values of each OpenAI type (a JSON value of another type, or a string spelling of the right one).
@@ -327,6 +336,65 @@ def odd_but_valid(model: str) -> list[Case]:
     return [_post(name, route, body, 200) for name, route, body in valid]
 
 
+def messages_api(model: str) -> list[Case]:
+    base_body = {"model": model, "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}
+    weather = {"name": "get_weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}
+
+    def with_(**fields):
+        return {**base_body, **fields}
+
+    def said(*blocks):
+        return with_(messages=[{"role": "user", "content": list(blocks)}])
+
+    bad = [
+        ("no max_tokens", {"model": model, "messages": base_body["messages"]}, "max_tokens"),
+        ("max_tokens 0", with_(max_tokens=0), "max_tokens"),
+        ("max_tokens a string", with_(max_tokens="4"), "max_tokens"),
+        ("no messages", with_(messages=[]), "messages"),
+        ("system role in messages", with_(messages=[{"role": "system", "content": "x"}]), "messages[0].role"),
+        ("content a number", with_(messages=[{"role": "user", "content": 5}]), "messages[0].content"),
+        ("unknown block", said({"type": "video", "text": "x"}), "messages[0].content[0].type"),
+        ("image block", said({"type": "image", "source": {"type": "url", "url": "x"}}), "messages[0].content[0].type"),
+        ("document block", said({"type": "document", "source": {}}), "messages[0].content[0].type"),
+        ("redacted thinking", said({"type": "redacted_thinking", "data": "x"}), "messages[0].content[0].type"),
+        ("tool result without its id", said({"type": "tool_result", "content": "ok"}),
+         "messages[0].content[0].tool_use_id"),
+        ("tool input a string", with_(messages=[{"role": "user", "content": "x"}, {"role": "assistant", "content": [
+            {"type": "tool_use", "id": "t", "name": "f", "input": "{}"}]}]), "messages[1].content[0].input"),
+        ("tool_choice names no tool", with_(tools=[weather], tool_choice={"type": "tool", "name": "rm"}),
+         "tool_choice.name"),
+        ("tool_choice any, server tools only", with_(tools=[{"type": "bash_20250124", "name": "bash"}],
+                                                     tool_choice={"type": "any"}), "tool_choice.type"),
+        ("temperature 1.5", with_(temperature=1.5), "temperature"),
+        ("top_k 0", with_(top_k=0), "top_k"),
+        ("thinking type unknown", with_(thinking={"type": "sometimes"}), "thinking.type"),
+        ("system a number", with_(system=5), "system"),
+        ("custom tool without input_schema", with_(tools=[{"name": "f"}]), "tools[0]"),
+    ]  # fmt: skip
+    good = [
+        ("plain", base_body),
+        ("a tool round trip", with_(tools=[weather], messages=[
+            {"role": "user", "content": "Weather in Oslo?"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "get_weather",
+                                               "input": {"city": "Oslo"}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "Snow"}]}])),
+        ("cache_control everywhere", with_(
+            system=[{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
+            messages=[{"role": "user", "content": [{"type": "text", "text": "hi",
+                                                    "cache_control": {"type": "ephemeral", "ttl": "1h"}}]}])),
+        ("a server tool beside a custom one", with_(tools=[weather, {"type": "web_search_20250305",
+                                                                     "name": "web_search"}])),
+        ("thinking off", with_(thinking={"type": "disabled"})),
+        ("metadata and newer fields", with_(metadata={"user_id": "u1"}, service_tier="auto", betas=["x"],
+                                            context_management={"edits": []})),
+    ]  # fmt: skip
+    cases = [_post(f"messages: {name}", MESSAGES, body, 400, param) for name, body, param in bad]
+    cases.append(_post("messages: unknown model", MESSAGES, with_(model=model + "-x"), 404))
+    cases.append(Case("messages: GET", "GET", MESSAGES, b"", 405, None, {}))
+    return cases + [_post(f"messages: {name}", MESSAGES, body, 200) for name, body in good]
+
+
 def corpus(model: str, limit: int) -> list[Case]:
     return (wrong_types(model) + ranges(model) + messages(model) + surrogates(model) + depth(model)
-            + bad_json(model) + size(model, limit) + media_types(model) + methods_and_routes() + odd_but_valid(model))
+            + bad_json(model) + size(model, limit) + media_types(model) + methods_and_routes() + odd_but_valid(model)
+            + messages_api(model))

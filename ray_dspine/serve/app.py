@@ -38,6 +38,10 @@ class Ingress:
     async def chat_completions(self, request: Request):
         return await self.core.serve(request, chat=True)
 
+    @fastapi_app.post("/v1/messages")
+    async def messages(self, request: Request):
+        return await self.core.serve_messages(request)
+
     @fastapi_app.post("/v1/completions")
     async def completions(self, request: Request):
         return await self.core.serve(request, chat=False)

@@ -1,7 +1,8 @@
 """OpenAI-style error bodies: {"error": {"message", "type", "param", "code"}}, for every error the app answers.
 
 Rules:
-  shape      every 4xx and 5xx the app answers is this JSON object, framework errors included:
+  shape      every 4xx and 5xx the app answers is this JSON object (Anthropic's under /v1/messages:
+             anthropic.py), framework errors included:
              404 unknown route (`unknown_url`), 405 wrong method (`method_not_allowed`), FastAPI's request
              validation (400 `invalid_value`), any other Starlette HTTPException (its status), and an
              unexpected exception (500 `internal_error`, logged without the request body).
@@ -20,6 +21,7 @@ import logging
 
 from fastapi.responses import JSONResponse
 
+from . import anthropic
 from .params import kept_parts, spell
 
 log = logging.getLogger("ray_dspine.ingress")
@@ -64,11 +66,14 @@ def error_body(status: int, message: str, param: str | None = None, code: str | 
     return {"error": {"message": _text(message), "type": error_type(status), "param": _text(param), "code": code}}
 
 
-def error_response(error: ApiError, retry_after_s: int | None = None) -> JSONResponse:
+def error_response(error: ApiError, retry_after_s: int | None = None, path: str = "") -> JSONResponse:
+    """The error as JSON: OpenAI's shape, or Anthropic's under its Messages API's `path` (anthropic.py)."""
     headers = {}
     retry = error.retry_after_s if error.retry_after_s is not None else retry_after_s
     if error.status in (429, 503) and retry is not None:
         headers["Retry-After"] = str(retry)
+    if path.startswith(anthropic.PATH):
+        return JSONResponse(anthropic.error_body(error.status, _text(error.message)), error.status, headers)
     return JSONResponse(error_body(error.status, error.message, error.param, error.code), error.status, headers)
 
 
@@ -103,8 +108,8 @@ def install_error_handlers(app) -> None:
     from starlette.exceptions import HTTPException
 
     @app.exception_handler(ApiError)
-    async def _api_error(_request, exc: ApiError):
-        return error_response(exc)
+    async def _api_error(request, exc: ApiError):
+        return error_response(exc, path=request.url.path)
 
     @app.exception_handler(HTTPException)
     async def _http_error(request, exc: HTTPException):
@@ -114,19 +119,21 @@ def install_error_handlers(app) -> None:
             message, code = f"Method {request.method} is not allowed on {request.url.path}", "method_not_allowed"
         else:
             message, code = str(exc.detail), None
-        response = error_response(ApiError(exc.status_code, message, code=code))
+        response = error_response(ApiError(exc.status_code, message, code=code), path=request.url.path)
         for name, value in (exc.headers or {}).items():
             response.headers[name] = value
         return response
 
     @app.exception_handler(RequestValidationError)
-    async def _validation_error(_request, exc: RequestValidationError):
+    async def _validation_error(request, exc: RequestValidationError):
         first = exc.errors()[0] if exc.errors() else {}
         loc = [part for part in first.get("loc", ()) if part not in ("body", "path", "query")]
         param = ".".join(str(part) for part in loc) or None
-        return error_response(ApiError(400, first.get("msg", "invalid request"), param=param, code="invalid_value"))
+        error = ApiError(400, first.get("msg", "invalid request"), param=param, code="invalid_value")
+        return error_response(error, path=request.url.path)
 
     @app.exception_handler(Exception)
-    async def _unexpected(_request, exc: Exception):
+    async def _unexpected(request, exc: Exception):
         log.error("unexpected %s while serving a request", type(exc).__name__)
-        return error_response(ApiError(500, f"internal error: {type(exc).__name__}", code="internal_error"))
+        error = ApiError(500, f"internal error: {type(exc).__name__}", code="internal_error")
+        return error_response(error, path=request.url.path)

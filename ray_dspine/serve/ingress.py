@@ -1,5 +1,8 @@
 """The OpenAI-compatible ingress: validate, apply the traffic policy, call a pool, stream back.
 
+Anthropic's Messages API (`/v1/messages`) takes the same path: its body becomes a chat body first, and the
+chat answer, stream or error becomes Anthropic's (anthropic.py).
+
 Per request: authenticate; parse and validate the body (400 naming the field); pick the reasoning
 level, the session, then (pool, arm) by the traffic policy; fingerprint the prompt's prefix; call
 the pool's replica deployment through its handle with a typed `GenerateRequest`; answer with the
@@ -38,8 +41,8 @@ from ..config import AppConfig
 from ..engines.protocol import ChatMessage, Chunk, GenerateRequest
 from ..routing.fingerprint import conversation_text, prefix_hashes
 from ..routing.traffic import assign, reasoning_level_of, session_key
-from . import responses
-from .access import ApiKeyGate
+from . import anthropic, responses
+from .access import REFUSAL, ApiKeyGate, key_matches
 from .admission import DEADLINE_HEADER, Admission, Ticket, parse_deadline_ms
 from .body import parse_body
 from .health import HealthMonitor, readiness
@@ -88,9 +91,8 @@ class IngressCore:
         key = os.environ.get(env, "") if env else ""
         if not key:
             return
-        given = request.headers.get("authorization", "")
-        if given != f"Bearer {key}":
-            raise ApiError(401, "invalid or missing API key: send `Authorization: Bearer <key>`", code="invalid_api_key")
+        if not key_matches(request.headers.get("authorization", ""), request.headers.get("x-api-key", ""), key):
+            raise ApiError(401, REFUSAL, code="invalid_api_key")
 
     async def read_json(self, request: Request) -> dict:
         """The body as a JSON object, read no further than the size limit (body.py's rules)."""
@@ -202,10 +204,11 @@ class IngressCore:
         return typed, parsed
 
     # -- serving ------------------------------------------------------------------------------
-    async def serve(self, request: Request, *, chat: bool) -> Response:
-        """One completion request; an unexpected failure is a logged 500 in OpenAI's shape, never a crash."""
+    async def serve(self, request: Request, *, chat: bool, to_chat=None) -> Response:
+        """One completion request (its body first made a chat body by `to_chat` when given); an unexpected
+        failure is a logged 500 in OpenAI's shape, never a crash."""
         try:
-            return await self._serve(request, chat=chat)
+            return await self._serve(request, chat=chat, to_chat=to_chat)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -283,13 +286,40 @@ class IngressCore:
             if not chunk.done():
                 chunk.cancel()
 
-    async def _serve(self, request: Request, *, chat: bool) -> Response:
+    async def serve_messages(self, request: Request) -> Response:
+        """POST /v1/messages: Anthropic's Messages API over the chat path (anthropic.py)."""
+        stops: list[str] = []
+
+        def to_chat(body: dict) -> dict:
+            try:
+                translated = anthropic.chat_body(body)
+            except ValidationError as exc:
+                raise from_validation_error(exc, body) from exc
+            except anthropic.Refused as exc:
+                raise ApiError(400, str(exc), param=exc.param, code="invalid_value") from exc
+            stops.extend(translated.get("stop") or [])
+            return translated
+
+        response = await self.serve(request, chat=True, to_chat=to_chat)
+        headers = {k: v for k, v in response.headers.items() if k.lower() not in ("content-length", "content-type")}
+        if response.status_code >= 400:
+            error = json.loads(response.body).get("error") or {}
+            body = anthropic.error_body(response.status_code, error.get("message") or "")
+            return JSONResponse(body, response.status_code, headers)
+        if isinstance(response, StreamingResponse):
+            events = _message_events(response.body_iterator, self.server.served_model_name, stops)
+            return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+        return JSONResponse(anthropic.message(json.loads(response.body), stops), headers=headers)
+
+    async def _serve(self, request: Request, *, chat: bool, to_chat=None) -> Response:
         retry = self.server.retry_after_s
         taken = time.monotonic()
         try:
             self.authenticate(request)
             deadline = self.deadline_of(request, taken)
             body = await self.read_json(request)
+            if to_chat is not None:
+                body = to_chat(body)
             typed, parsed = self.build_request(body, request, chat=chat)
         except ApiError as exc:
             return error_response(exc, retry)
@@ -409,6 +439,20 @@ def make_fastapi() -> FastAPI:
     install_error_handlers(app)
     app.add_middleware(ApiKeyGate)  # every route, docs and unknown paths included (access.py)
     return app
+
+
+async def _message_events(chat_events, model: str, stops: list[str]):
+    """The Messages API's events for a chat stream's (anthropic.py rule `stream`); closing this closes the chat
+    stream, which stops the replica's work."""
+    translator = anthropic.MessageStream(model, stops)
+    try:
+        async for event in chat_events:
+            for out in translator.feed(event):
+                yield out
+            if translator.done:
+                return
+    finally:
+        await chat_events.aclose()
 
 
 def _engine_messages(parsed) -> list[ChatMessage]:

@@ -1,4 +1,4 @@
-"""The OpenAI-compatible endpoint over real HTTP, with the official client too."""
+"""The OpenAI-compatible endpoint, and Anthropic's Messages API over it, over real HTTP with the official clients."""
 
 import json
 import threading
@@ -163,6 +163,54 @@ def test_tool_calls_with_the_openai_client_streamed_or_not_on_both_pools(serve_u
     (call,) = forced.message.tool_calls
     assert (call.function.name, json.loads(call.function.arguments), forced.finish_reason) == (
         "get_weather", {"city": "Tokyo"}, "tool_calls")
+
+
+def anthropic_two_shot(question: str) -> list[dict]:
+    """two_shot's conversation in Anthropic's Messages form (the same chat messages once translated)."""
+    turns = []
+    for n, city in enumerate(("Paris", "London")):
+        turns += [{"role": "user", "content": f"What's the weather in {city}?"},
+                  {"role": "assistant", "content": [{"type": "tool_use", "id": f"c{n}", "name": "get_weather",
+                                                     "input": {"city": city}}]},
+                  {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"c{n}",
+                                                "content": '{"temperature_c": 18}'}]},
+                  {"role": "assistant", "content": f"It is 18 °C in {city}."}]  # fmt: skip
+    return turns + [{"role": "user", "content": question}]
+
+
+def test_tool_use_with_the_anthropic_client_streamed_or_not(serve_url):
+    import anthropic
+
+    client = anthropic.Anthropic(base_url=serve_url, api_key="unused")
+    tool = {"name": "get_weather", "description": WEATHER["function"]["description"],
+            "input_schema": WEATHER["function"]["parameters"]}  # fmt: skip
+    # greedy: the client no longer has sampling arguments, the API still takes `temperature`
+    ask = dict(model=MODEL, max_tokens=40, tools=[tool], extra_headers={"x-dspine-pool": "spec"},
+               extra_body={"temperature": 0}, messages=anthropic_two_shot("What's the weather in Tokyo?"))  # fmt: skip
+    answer = client.messages.create(**ask)
+    (call,) = answer.content
+    assert (answer.stop_reason, call.type, call.name, call.input) == ("tool_use", "tool_use", "get_weather",
+                                                                      {"city": "Tokyo"})  # fmt: skip
+    with client.messages.stream(**ask) as stream:
+        kinds = [event.type for event in stream]
+        streamed = stream.get_final_message()
+    assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
+    assert [(b.type, b.name, b.input) for b in streamed.content] == [("tool_use", "get_weather", {"city": "Tokyo"})]
+    assert streamed.stop_reason == "tool_use"
+    # the same prompt: what the prefix cache holds is counted apart, and the total is the same
+    first, second = answer.usage, streamed.usage
+    assert first.input_tokens + (first.cache_read_input_tokens or 0) == \
+        second.input_tokens + (second.cache_read_input_tokens or 0)  # fmt: skip
+    assert second.cache_read_input_tokens and second.output_tokens == first.output_tokens
+    # a question no tool answers is text, ended by the end token
+    text = client.messages.create(**{**ask, "messages": anthropic_two_shot("Thanks! What is 2+2?")})
+    assert ([(b.type, b.text) for b in text.content], text.stop_reason) == ([("text", "2 + 2 = 4")], "end_turn")
+    # errors are Anthropic's, which the client raises as its own types
+    with pytest.raises(anthropic.NotFoundError):
+        client.messages.create(**{**ask, "model": "claude-sonnet-4-5"})
+    with pytest.raises(anthropic.BadRequestError, match="not served here"):
+        client.messages.create(**{**ask, "messages": [{"role": "user", "content": [
+            {"type": "image", "source": {"type": "url", "url": "http://127.0.0.1/x.png"}}]}]})
 
 
 def test_completions_endpoint(serve_url):

@@ -55,9 +55,9 @@ def gated(monkeypatch):
 
 def test_the_app_has_the_routes_this_test_expects(gated):
     calls = set(requests_for_every_route(gated))
-    for call in [("POST", "/v1/chat/completions"), ("POST", "/v1/completions"), ("GET", "/v1/models"),
-                 ("GET", f"/v1/models/{MODEL}"), ("GET", "/v1/dspine/engine"), ("GET", "/health"),
-                 ("GET", LIVENESS_PATH), ("GET", "/openapi.json")]:
+    for call in [("POST", "/v1/chat/completions"), ("POST", "/v1/completions"), ("POST", "/v1/messages"),
+                 ("GET", "/v1/models"), ("GET", f"/v1/models/{MODEL}"), ("GET", "/v1/dspine/engine"),
+                 ("GET", "/health"), ("GET", LIVENESS_PATH), ("GET", "/openapi.json")]:
         assert call in calls
 
 
@@ -68,7 +68,9 @@ def test_every_route_but_liveness_needs_the_key(gated):
             assert response.status_code == 200, path
             continue
         assert response.status_code == 401, (method, path, response.status_code)
-        if method != "HEAD":  # a HEAD answer has no body
+        if method != "HEAD" and path.startswith("/v1/messages"):  # Anthropic's error shape
+            assert response.json()["error"]["type"] == "authentication_error"
+        elif method != "HEAD":  # a HEAD answer has no body
             assert response.json()["error"]["code"] == "invalid_api_key"
         assert KEY not in response.text
 
@@ -82,6 +84,15 @@ def test_wrong_key_is_refused_and_the_right_key_passes(gated):
     by_call = dict(zip(calls, right))
     assert by_call[("POST", "/v1/chat/completions")].status_code == 200
     assert by_call[("GET", "/v1/models")].json()["data"][0]["id"] == MODEL
+
+
+def test_the_key_may_come_as_x_api_key_as_anthropic_clients_send_it(gated):
+    calls = [("POST", "/v1/chat/completions"), ("GET", "/v1/models")]
+    assert [r.status_code for r in answers(gated, calls, {"x-api-key": KEY})] == [200, 200]
+    assert [r.status_code for r in answers(gated, calls, {"x-api-key": "k-124"})] == [401, 401]
+    # one right header is enough
+    assert [r.status_code for r in answers(gated, calls, {"x-api-key": "k-124", "authorization": f"Bearer {KEY}"})] \
+        == [200, 200]  # fmt: skip
 
 
 def test_no_key_configured_leaves_routes_open(monkeypatch):

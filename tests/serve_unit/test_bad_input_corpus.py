@@ -1,7 +1,8 @@
 """Every case of the bad-input corpus (ray_dspine/drill/corpus.py) against the ingress's real FastAPI app.
 
 Each answer has the case's status; every 4xx is an OpenAI error object whose `param` is the one the case
-names (when it names one); no case is answered with a 5xx or with anything but JSON.
+names (when it names one), Anthropic's under /v1/messages (its message opening with that field); no case is
+answered with a 5xx or with anything but JSON.
 """
 
 import asyncio
@@ -43,7 +44,11 @@ def test_every_case_gets_its_status_and_an_openai_error(monkeypatch):
         if response.status_code != case.status:
             wrong.append((case.name, case.status, response.status_code, body))
             continue
-        if case.status >= 400:
+        if case.status >= 400 and case.path.startswith("/v1/messages"):
+            assert body["type"] == "error" and set(body["error"]) == {"type", "message"}, case.name
+            if case.param is not None and not body["error"]["message"].startswith(case.param + ":"):
+                wrong.append((case.name, case.param, body["error"]["message"]))
+        elif case.status >= 400:
             error = body["error"]
             assert set(error) == {"message", "type", "param", "code"} and error["message"], case.name
             if case.param is not None and error["param"] != case.param:
