@@ -29,7 +29,8 @@ Rules (what each generator emits; `model` is the served model name, `limit` the 
                 tool_choice naming no tool of the request, sampling out of Anthropic's ranges, a thinking type it
                 does not have -> 400 naming the field; an unknown model -> 404; GET -> 405; a tool round trip,
                 cache_control, a server tool beside a custom one, thinking off, metadata and the client's newer
-                fields -> 200.
+                fields -> 200. /v1/messages/count_tokens: no messages -> 400, an unknown model -> 404, a request
+                without max_tokens -> 200.
 Every case is a `Case`: method, path, body bytes, headers, expected status and (for 400s) expected param.
 """
 
@@ -41,6 +42,7 @@ from dataclasses import dataclass, field
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
 MESSAGES = "/v1/messages"
+COUNT = "/v1/messages/count_tokens"
 JSON = {"content-type": "application/json"}
 
 # The wrong values of each OpenAI type (a JSON value of another type, or a string spelling of the right one).
@@ -390,6 +392,10 @@ def messages_api(model: str) -> list[Case]:
     ]  # fmt: skip
     cases = [_post(f"messages: {name}", MESSAGES, body, 400, param) for name, body, param in bad]
     cases.append(_post("messages: unknown model", MESSAGES, with_(model=model + "-x"), 404))
+    counting = {"model": model, "messages": base_body["messages"]}
+    cases.append(_post("count_tokens: no messages", COUNT, {"model": model}, 400, "messages"))
+    cases.append(_post("count_tokens: unknown model", COUNT, {**counting, "model": model + "-x"}, 404))
+    cases.append(_post("count_tokens", COUNT, counting, 200))
     cases.append(Case("messages: GET", "GET", MESSAGES, b"", 405, None, {}))
     return cases + [_post(f"messages: {name}", MESSAGES, body, 200) for name, body in good]
 

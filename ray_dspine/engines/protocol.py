@@ -274,6 +274,12 @@ class Engine(Protocol):
 
     def set_drafter_enabled(self, enabled: bool) -> None: ...
 
+    async def count_prompt_tokens(self, request: GenerateRequest, anthropic_body: dict | None = None) -> int:
+        """The tokens `request`'s prompt would be prefilled with (template, tools and reasoning level applied).
+        `anthropic_body`: the same request as an Anthropic count_tokens body, for an engine whose server counts
+        that itself. EngineError where the engine cannot count."""
+        ...
+
 
 class EngineError(Exception):
     """A request the engine refuses; `status` is the HTTP status the ingress should answer with."""

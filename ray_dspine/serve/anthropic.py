@@ -44,6 +44,11 @@ Rules:
             message_delta with the stop_reason and the usage (all of it, as Anthropic's API counts it at the end:
             SGLang sends output_tokens only), then message_stop. A stream that fails once started (a chat
             error event) closes its open block and ends with an `error` event and message_stop.
+  count     `POST /v1/messages/count_tokens` takes a Messages request without max_tokens and answers
+            {"input_tokens": n}: the prompt tokens the request would be prefilled with on the pool it would go
+            to (an embedded pool tokenizes it as it would for generation; an sglang pool's SGLang counts the
+            request itself, handed the fields above without Anthropic's server tools, at the reasoning level the
+            ingress chose: engines/sglang/mapping.py rule `count`). Simulated pools have no tokenizer: 400.
   errors    {"type": "error", "error": {"type", "message"}} with the chat path's status; the type by status as
             SGLang maps it (ERROR_TYPES), 413 as Anthropic's request_too_large. Every answer under /v1/messages,
             the API-key gate's and the framework's included, takes this shape.
@@ -285,6 +290,18 @@ def chat_body(body: dict) -> dict:
         schema = {"name": "response", "schema": config.format.schema_, "strict": True}
         chat["response_format"] = {"type": "json_schema", "json_schema": schema}
     return chat
+
+
+def count_body(body: dict) -> dict:
+    """Rule `count`: the Messages request `body` (max_tokens not needed) as Anthropic's count_tokens body, with
+    only the fields this module reads and without the tools that run on Anthropic's side."""
+    request = MessagesRequest.model_validate({**body, "max_tokens": 1})
+    counted = request.model_dump(include={"model", "messages", "system", "tool_choice", "thinking", "output_config"},
+                                 exclude_none=True, by_alias=True)  # fmt: skip
+    tools = [tool.model_dump(exclude_none=True) for tool in request.tools or [] if not tool.server_side()]
+    if tools:
+        counted["tools"] = tools
+    return counted
 
 
 def _tools(request: MessagesRequest, chat: dict) -> None:

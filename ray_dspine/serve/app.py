@@ -42,6 +42,10 @@ class Ingress:
     async def messages(self, request: Request):
         return await self.core.serve_messages(request)
 
+    @fastapi_app.post("/v1/messages/count_tokens")
+    async def count_message_tokens(self, request: Request):
+        return await self.core.count_message_tokens(request)
+
     @fastapi_app.post("/v1/completions")
     async def completions(self, request: Request):
         return await self.core.serve(request, chat=False)

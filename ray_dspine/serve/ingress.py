@@ -291,12 +291,7 @@ class IngressCore:
         stops: list[str] = []
 
         def to_chat(body: dict) -> dict:
-            try:
-                translated = anthropic.chat_body(body)
-            except ValidationError as exc:
-                raise from_validation_error(exc, body) from exc
-            except anthropic.Refused as exc:
-                raise ApiError(400, str(exc), param=exc.param, code="invalid_value") from exc
+            translated = _messages_chat_body(body)
             stops.extend(translated.get("stop") or [])
             return translated
 
@@ -310,6 +305,28 @@ class IngressCore:
             events = _message_events(response.body_iterator, self.server.served_model_name, stops)
             return StreamingResponse(events, media_type="text/event-stream", headers=headers)
         return JSONResponse(anthropic.message(json.loads(response.body), stops), headers=headers)
+
+    async def count_message_tokens(self, request: Request) -> Response:
+        """POST /v1/messages/count_tokens (anthropic.py rule `count`): routed as the request would be, counted by
+        that pool's engine."""
+        try:
+            self.authenticate(request)
+            body = {**await self.read_json(request), "max_tokens": 1}  # counting needs no max_tokens
+            typed, _ = self.build_request(_messages_chat_body(body), request, chat=True)
+            call = self.handles[typed.pool].count_tokens.remote(typed, anthropic.count_body(body))
+            answer = await asyncio.wait_for(call, self.server.request_timeout_s)
+        except ApiError as exc:
+            return error_response(exc, self.server.retry_after_s, path=anthropic.PATH)
+        except asyncio.TimeoutError:
+            late = ApiError(504, "counting the tokens took longer than request_timeout_s", code="timeout")
+            return error_response(late, path=anthropic.PATH)
+        except Exception as exc:  # backpressure, unavailable replicas, a replica that stopped
+            failure = responses.handle_error(exc, self.admission.pool(typed.pool).busy_retry_after_s())
+            return error_response(failure, self.server.retry_after_s, path=anthropic.PATH)
+        if "error" in answer:
+            refusal = ApiError(answer["status"], answer["error"], param=answer.get("param"))
+            return error_response(refusal, self.server.retry_after_s, path=anthropic.PATH)
+        return JSONResponse({"input_tokens": answer["input_tokens"]})
 
     async def _serve(self, request: Request, *, chat: bool, to_chat=None) -> Response:
         retry = self.server.retry_after_s
@@ -439,6 +456,16 @@ def make_fastapi() -> FastAPI:
     install_error_handlers(app)
     app.add_middleware(ApiKeyGate)  # every route, docs and unknown paths included (access.py)
     return app
+
+
+def _messages_chat_body(body: dict) -> dict:
+    """The chat body of a Messages request (anthropic.chat_body), its refusals as 400s naming the field."""
+    try:
+        return anthropic.chat_body(body)
+    except ValidationError as exc:
+        raise from_validation_error(exc, body) from exc
+    except anthropic.Refused as exc:
+        raise ApiError(400, str(exc), param=exc.param, code="invalid_value") from exc
 
 
 async def _message_events(chat_events, model: str, stops: list[str]):

@@ -121,6 +121,14 @@ class EngineReplica:
             return "autoregressive-fallback"
         return path
 
+    async def count_tokens(self, request: GenerateRequest, anthropic_body: dict | None = None) -> dict:
+        """{"input_tokens": n} of the request's prompt (the engine's count_prompt_tokens), or {"error", "status",
+        "param"} where the engine cannot count it."""
+        try:
+            return {"input_tokens": await self.engine.count_prompt_tokens(request, anthropic_body)}
+        except EngineError as exc:
+            return {"error": str(exc), "status": exc.status, "param": exc.param}
+
     async def record_routing_stats(self) -> dict:
         load = self.engine.load()
         self.metrics.record(load)

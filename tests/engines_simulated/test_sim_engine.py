@@ -295,3 +295,10 @@ def test_rule_load_refuses_a_thread_other_than_the_event_loops():
     on_loop, after_stop = asyncio.run(main())
     assert on_loop.healthy and on_loop.free_kv_tokens == 1000
     assert not after_stop.healthy
+
+
+def test_a_simulated_pool_counts_no_tokens():
+    engine = SimulatedEngine(SimulatedEngineConfig())
+    with pytest.raises(EngineError) as refused:
+        asyncio.run(engine.count_prompt_tokens(request()))
+    assert refused.value.status == 400

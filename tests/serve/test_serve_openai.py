@@ -202,6 +202,10 @@ def test_tool_use_with_the_anthropic_client_streamed_or_not(serve_url):
     assert first.input_tokens + (first.cache_read_input_tokens or 0) == \
         second.input_tokens + (second.cache_read_input_tokens or 0)  # fmt: skip
     assert second.cache_read_input_tokens and second.output_tokens == first.output_tokens
+    # counting the same request gives the prompt tokens generation prefilled
+    counted = client.messages.count_tokens(model=MODEL, tools=[tool], messages=ask["messages"],
+                                           extra_headers={"x-dspine-pool": "spec"})  # fmt: skip
+    assert counted.input_tokens == first.input_tokens + (first.cache_read_input_tokens or 0)
     # a question no tool answers is text, ended by the end token
     text = client.messages.create(**{**ask, "messages": anthropic_two_shot("Thanks! What is 2+2?")})
     assert ([(b.type, b.text) for b in text.content], text.stop_reason) == ([("text", "2 + 2 = 4")], "end_turn")

@@ -101,6 +101,11 @@ class FakeReplica:
         usage = Usage(prompt_tokens=len(words), completion_tokens=len(out), total_tokens=len(words) + len(out))
         yield Chunk(finish_reason="length" if len(out) == request.max_tokens else "stop", usage=usage)
 
+    async def count_tokens(self, request: GenerateRequest, anthropic_body=None) -> dict:
+        """The words of every message, as generate() counts the last one's."""
+        self.requests.append(request)
+        return {"input_tokens": sum(len((m.content or "").split()) for m in request.messages)}
+
     async def load(self) -> dict:
         return {"healthy": True}
 
@@ -135,6 +140,7 @@ class FakeHandle:
         self.replica = replica
         self.generate = _Method(lambda *args: FakeStream(replica.generate(*args)))
         self.load = _Method(replica.load)
+        self.count_tokens = _Method(replica.count_tokens)
         self.describe = _Method(replica.describe)
 
     def options(self, **_):

@@ -201,10 +201,10 @@ def test_errors_take_anthropics_shape_and_type_by_status():
 # --- the ingress app, over ASGI -----------------------------------------------------------------------------
 
 
-def post(app, payload, headers=None):
+def post(app, payload, path="/v1/messages"):
     async def go():
         async with client(app) as http:
-            return await http.post("/v1/messages", json=payload, headers=headers or {})
+            return await http.post(path, json=payload)
 
     return asyncio.run(go())
 
@@ -270,3 +270,44 @@ def test_cached_prompt_tokens_are_read_from_the_cache_in_the_usage(monkeypatch):
     app, _core = ingress_app(monkeypatch, replicas={"spec": Cached("spec"), "ar": Cached("ar")})
     usage = post(app, body()).json()["usage"]
     assert usage == {"input_tokens": 10, "cache_read_input_tokens": 20, "output_tokens": 1}
+
+
+def count(app, payload):
+    return post(app, payload, "/v1/messages/count_tokens")
+
+
+def test_count_tokens_is_routed_as_the_request_and_counted_by_its_pool(monkeypatch):
+    spec, ar = FakeReplica("spec"), FakeReplica("ar")
+    app, _core = ingress_app(monkeypatch, replicas={"spec": spec, "ar": ar})
+    asked = {"model": MODEL, "system": "be brief", "messages": [{"role": "user", "content": "one two three"}]}
+    answer = count(app, asked)  # no max_tokens: counting needs none
+    assert (answer.status_code, answer.json()) == (200, {"input_tokens": 5})  # "be brief" + "one two three"
+    assert count(app, {**asked, "output_config": {"effort": "high"}}).json() == {"input_tokens": 5}
+    assert ar.requests[-1].reasoning_level == "high"  # counted by the pool the request would go to
+
+
+def test_count_tokens_refusals_are_anthropic_errors(monkeypatch):
+    class NoTokenizer(FakeReplica):
+        async def count_tokens(self, request, anthropic_body=None):
+            return {"error": "simulated pools have no tokenizer", "status": 400, "param": None}
+
+    app, _core = ingress_app(monkeypatch, replicas={"spec": NoTokenizer("spec"), "ar": NoTokenizer("ar")})
+    refused = count(app, {"model": MODEL, "messages": [{"role": "user", "content": "x"}]})
+    assert refused.status_code == 400
+    assert refused.json() == {"type": "error", "error": {"type": "invalid_request_error",
+                                                         "message": "simulated pools have no tokenizer"}}
+    unknown = count(app, {"model": "claude-x", "messages": [{"role": "user", "content": "x"}]})
+    assert (unknown.status_code, unknown.json()["error"]["type"]) == (404, "not_found_error")
+    image = count(app, {"model": MODEL, "messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]})
+    assert image.status_code == 400 and image.json()["error"]["message"].startswith("messages[0].content[0].type:")
+
+
+def test_count_body_keeps_what_counts_and_drops_anthropics_server_tools():
+    body = {"model": MODEL, "max_tokens": 9, "stream": True, "temperature": 0.5, "metadata": {"user_id": "u"},
+            "system": [{"type": "text", "text": "s", "cache_control": {"type": "ephemeral"}}],
+            "messages": [{"role": "user", "content": "hi"}], "thinking": {"type": "disabled"},
+            "tools": [WEATHER, {"type": "web_search_20250305", "name": "web_search"}], "tool_choice": {"type": "auto"}}
+    assert anthropic.count_body(body) == {
+        "model": MODEL, "system": [{"type": "text", "text": "s"}], "messages": [{"role": "user", "content": "hi"}],
+        "thinking": {"type": "disabled"}, "tool_choice": {"type": "auto", "disable_parallel_tool_use": False},
+        "tools": [WEATHER]}

@@ -7,8 +7,9 @@ Rules:
             handlers and JSON route class; the OpenAI routes call SGLang's OpenAIServingChat /
             OpenAIServingCompletion (`app.state`), built as SGLang's lifespan builds them, over
             TokenizerManagerDouble and SGLang's TemplateManager (`initialize_templates` from --model-path,
-            --chat-template, --completion-template). SGLang's lifespan itself is not run: it also builds the
-            embedding, rerank, responses, transcription, Ollama and Anthropic handlers and a warm-up request.
+            --chat-template, --completion-template), and POST /v1/messages/count_tokens, which calls SGLang's
+            AnthropicServing over that OpenAIServingChat. SGLang's lifespan itself is not run: it also builds the
+            embedding, rerank, responses, transcription and Ollama handlers and a warm-up request.
   metrics   with --enable-metrics: SGLang's `add_prometheus_middleware` (Prometheus multiprocess registry
             under PROMETHEUS_MULTIPROC_DIR, set by SGLang's `set_prometheus_multiproc_dir`) serves /metrics;
             SGLang's SchedulerMetricsCollector, with the labels its `init_new` gives rank 0 of a single-GPU
@@ -26,7 +27,8 @@ from fastapi import FastAPI
 from double_runtime import event
 
 OPENAI_PATHS = ("/v1/chat/completions", "/v1/completions")
-SGLANG_ROUTES = ("/health", "/health_generate", "/v1/models", "/v1/loads", "/abort_request", *OPENAI_PATHS)
+SGLANG_ROUTES = ("/health", "/health_generate", "/v1/models", "/v1/loads", "/abort_request", *OPENAI_PATHS,
+                 "/v1/messages/count_tokens")
 
 
 class RecordRequests:
@@ -79,6 +81,7 @@ def scheduler_metrics(server_args, tokenizer_manager):
 
 def build_app(server_args, tokenizer_manager) -> FastAPI:
     from sglang.srt.entrypoints import http_server, v1_loads
+    from sglang.srt.entrypoints.anthropic.serving import AnthropicServing
     from sglang.srt.entrypoints.openai.serving_chat import OpenAIServingChat
     from sglang.srt.entrypoints.openai.serving_completions import OpenAIServingCompletion
     from sglang.srt.parser.template_manager import TemplateManager
@@ -103,6 +106,7 @@ def build_app(server_args, tokenizer_manager) -> FastAPI:
     app.state.openai_serving_chat = tokenizer_manager.serving_chat_class(tokenizer_manager, template_manager)
     app.state.openai_serving_completion = OpenAIServingCompletion(tokenizer_manager, template_manager)
     assert isinstance(app.state.openai_serving_chat, OpenAIServingChat)
+    app.state.anthropic_serving = AnthropicServing(app.state.openai_serving_chat)
     if get_observability().enable_metrics:
         scheduler_metrics(server_args, tokenizer_manager)
         add_prometheus_middleware(app)

@@ -20,7 +20,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from ray_dspine.capacity import DraftConfig
-from ray_dspine.engines.protocol import ChatMessage, GenerateRequest
+from ray_dspine.engines.protocol import ChatMessage, EngineError, GenerateRequest
 from ray_dspine.engines.sglang import DRAFTER_FLAGS, SGLangEngine, flags_of, render_command
 from ray_dspine.engines.sglang.load import GAUGES
 from ray_dspine.capacity import plan_capacity, resolve_profile
@@ -404,3 +404,29 @@ def config_events(config):
 
 
 _ = asyncio  # imported for readers running pieces interactively
+
+
+def test_messages_token_counts_are_sglangs_own_and_match_what_generation_prefills(make_config):
+    # The Messages body of _request() (what serve/anthropic.py's count_body leaves of it), counted by SGLang's own
+    # /v1/messages/count_tokens at each reasoning level: 15 tokens with reasoning off, 13 on (module docstring),
+    # the prompt_tokens SGLang reports when it generates for the same request.
+    body = {"model": "client-name", "messages": [{"role": "user", "content": "fix the failing test"}]}
+
+    async def main():
+        engine = await _started(make_config())
+        try:
+            counted = {level: await engine.count_prompt_tokens(_request(level, reasoning_level=level), body)
+                       for level in ("none", "high")}  # fmt: skip
+            generated = {level: (await _collect(engine, _request(level, max_tokens=1, reasoning_level=level)))[-1]
+                         for level in ("none", "high")}  # fmt: skip
+            try:
+                await engine.count_prompt_tokens(_request("plain"))
+            except EngineError as exc:
+                refused = exc
+            return counted, {level: chunk.usage.prompt_tokens for level, chunk in generated.items()}, refused
+        finally:
+            await engine.stop()
+
+    counted, generated, refused = run(main())
+    assert counted == generated == {"none": 15, "high": 13}
+    assert refused.status == 400  # a chat request has no Messages body to hand SGLang

@@ -8,7 +8,7 @@ from ray_dspine.capacity import plan_capacity, resolve_profile
 from ray_dspine.engines.sglang import CrashPolicy
 from ray_dspine.engines.sglang.args import DRAFTER_FLAGS, without_flags
 from ray_dspine.engines.sglang.load import LoadInputs, build_snapshot, parse_gauges, update_ema
-from ray_dspine.engines.sglang.mapping import StreamMapper, build_payload, usage_from
+from ray_dspine.engines.sglang.mapping import StreamMapper, build_payload, count_payload, usage_from
 from ray_dspine.engines.protocol import ChatMessage, GenerateRequest
 
 from sglang_double_helpers import dspine_capacity
@@ -289,3 +289,17 @@ def test_rule_l8_operator_gauges_and_ratio_means(make_config):
     assert (on.kv_token_usage, on.spec_accept_length, on.mamba_usage) == (pytest.approx(0.4), 3.5, None)
     off = build_snapshot(LoadInputs({}, gauges), plan, healthy=True, drafter_active=False, accept_ema=2.0)
     assert off.spec_accept_length is None  # no drafter, no acceptance to report
+
+
+def test_rule_count_carries_the_served_model_and_the_reasoning_level():
+    body = {"model": "claude-x", "messages": [{"role": "user", "content": "hi"}], "thinking": {"type": "enabled",
+            "budget_tokens": 2048}, "output_config": {"effort": "low", "format": {"type": "json_schema", "schema": {}}}}
+    request = GenerateRequest(request_id="r", messages=[ChatMessage(role="user", content="hi")], max_tokens=1,
+                              reasoning_level="none")  # fmt: skip
+    off = count_payload(body, request, "served")
+    assert off == {"model": "served", "messages": body["messages"], "thinking": {"type": "disabled"},
+                   "output_config": {"format": {"type": "json_schema", "schema": {}}}}  # fmt: skip
+    on = count_payload(body, request.model_copy(update={"reasoning_level": "xhigh"}), "served")
+    assert on == {"model": "served", "messages": body["messages"],
+                  "output_config": {"effort": "xhigh", "format": {"type": "json_schema", "schema": {}}}}
+    assert body["thinking"] == {"type": "enabled", "budget_tokens": 2048}  # the caller's body is not changed

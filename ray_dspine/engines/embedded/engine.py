@@ -236,7 +236,10 @@ class EmbeddedEngine:
                 engine="embedded",
             )
 
-    def count_prompt_tokens(self, request: GenerateRequest) -> int:
+    async def count_prompt_tokens(self, request: GenerateRequest, anthropic_body: dict | None = None) -> int:
+        """The prompt as generate() renders and tokenizes it."""
+        if self._loaded is None:
+            raise EngineError("engine is not started", status=503)
         return len(self._tokenize(request))
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[Chunk]:

@@ -73,6 +73,12 @@ class SGLangClient:
                 if data:
                     yield json.loads(data)
 
+    async def count_tokens(self, base_url: str, payload: dict[str, Any]) -> dict[str, Any]:
+        response = await self._http.post(f"{base_url}/v1/messages/count_tokens", json=payload, timeout=30.0)
+        if response.status_code != 200:
+            raise UpstreamError(response.status_code, _error_message(response.content))
+        return response.json()
+
     async def loads(self, base_url: str, include: str = "core,memory,spec") -> dict[str, Any]:
         response = await self._http.get(f"{base_url}/v1/loads", params={"include": include}, timeout=5.0)
         if response.status_code != 200:

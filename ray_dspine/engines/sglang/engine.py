@@ -37,7 +37,7 @@ from .args import redact, render_command
 from .client import SGLangClient, UpstreamError
 from .config import SGLangEngineConfig
 from .load import LoadInputs, build_snapshot, parse_gauges, update_ema
-from .mapping import StreamMapper, build_payload, endpoint_for
+from .mapping import StreamMapper, build_payload, count_payload, endpoint_for
 from .policy import CrashPolicy
 from .process import Launcher, ServerSupervisor, launch_subprocess
 from .supervision import SupervisionConfig, SupervisionStatus, probe_payload, probe_verdict, spec_details_of
@@ -209,7 +209,8 @@ class SGLangEngine:
             "plan": self._current_plan().model_dump() if self._plans else None,
         }
 
-    async def generate(self, request: GenerateRequest) -> AsyncIterator[Chunk]:
+    def _serving(self) -> tuple[str, SGLangClient]:
+        """(base URL, client) of the server while it serves; EngineError (503) naming why not."""
         sup, client = self._supervisor, self._client
         if sup is not None and sup.state == "config_error" and sup.config_error is not None:
             raise EngineError(
@@ -218,7 +219,27 @@ class SGLangEngine:
             )
         if sup is None or client is None or sup.state != "ready" or sup.draining:
             raise EngineError("the SGLang server is not ready", status=503, code="engine_unavailable")
-        base_url, path = sup.base_url, endpoint_for(request)
+        return sup.base_url, client
+
+    async def count_prompt_tokens(self, request: GenerateRequest, anthropic_body: dict | None = None) -> int:
+        """SGLang's own count of a Messages request (its /v1/messages/count_tokens; mapping.py rule `count`)."""
+        if anthropic_body is None:
+            raise EngineError("sglang pools count the tokens of Messages requests only", status=400,
+                              code="unsupported_parameter")  # fmt: skip
+        base_url, client = self._serving()
+        try:
+            payload = count_payload(anthropic_body, request, self.config.served_model_name)
+            answer = await client.count_tokens(base_url, payload)
+        except UpstreamError as exc:
+            status = exc.status if 400 <= exc.status < 500 else 503
+            raise EngineError(f"SGLang answered {exc.status}: {exc}", status=status) from exc
+        except httpx.HTTPError as exc:
+            raise EngineError(f"SGLang did not answer: {exc!r}", status=503) from exc
+        return int(answer["input_tokens"])
+
+    async def generate(self, request: GenerateRequest) -> AsyncIterator[Chunk]:
+        base_url, client = self._serving()
+        path = endpoint_for(request)
         payload = build_payload(request, self.config.served_model_name)
         mapper, done, prefilled = StreamMapper(), False, False
         self._inflight += 1

@@ -52,6 +52,10 @@ Rules:
                  `content` entries as they are; completions' parallel lists as entries whose token and
                  alternatives are SGLang's token strings, bytes their UTF-8 (that shape has no bytes). A chunk
                  with log-probabilities and no text is still yielded.
+  count          a Messages request's count (`/v1/messages/count_tokens`, SGLang's own Anthropic layer): the
+                 client's body as serve/anthropic.py's count_body leaves it, with the served model's name and the
+                 reasoning level the generation would get: "none" is `thinking` disabled, any other level
+                 `output_config.effort` (SGLang turns it into reasoning_effort, as for a chat request).
 Complexity: O(1) per event.
 """
 
@@ -154,6 +158,21 @@ def build_payload(request: GenerateRequest, model: str) -> dict[str, Any]:
         payload["chat_template_kwargs"] = {"enable_thinking": False}
     else:
         payload["reasoning_effort"] = request.reasoning_level
+    return payload
+
+
+def count_payload(anthropic_body: dict, request: GenerateRequest, model: str) -> dict:
+    """Rule `count`: the count_tokens body for SGLang, at the request's reasoning level."""
+    payload = {**anthropic_body, "model": model}
+    config = dict(payload.pop("output_config", None) or {})
+    payload.pop("thinking", None)
+    if request.reasoning_level == "none":
+        payload["thinking"] = {"type": "disabled"}
+        config.pop("effort", None)
+    else:
+        config["effort"] = request.reasoning_level
+    if config:
+        payload["output_config"] = config
     return payload
 
 

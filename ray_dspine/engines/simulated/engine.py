@@ -234,3 +234,7 @@ class SimulatedEngine:
         self._drafter_enabled = enabled
         if self._core is not None:
             self._core.set_drafter_enabled(enabled)
+
+    async def count_prompt_tokens(self, request: GenerateRequest, anthropic_body: dict | None = None) -> int:
+        raise EngineError("simulated pools have no tokenizer, so they count no tokens", status=400,
+                          code="unsupported_parameter")
