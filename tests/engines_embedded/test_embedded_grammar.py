@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import threading
 
 import pytest
 import torch
@@ -119,6 +120,30 @@ def test_the_model_answers_in_the_schema_and_speculation_changes_nothing(loaded,
     jsonschema.validate(json.loads(text), TRIP)
     assert (text, finish) == answer(loaded, ask("Plan a 3 day trip to Paris. Reply in JSON.", response_format=fmt),
                                     not speculative)  # fmt: skip
+
+
+def test_rule_compile_runs_off_the_event_loop(loaded):
+    compiled_on = []
+
+    async def main():
+        engine = EmbeddedEngine(EmbeddedEngineConfig(dtype="fp32"), loader=lambda _c: loaded)
+        await engine.start()
+        compile_ = engine._grammars.for_request
+
+        def recorded(req):
+            compiled_on.append(threading.get_ident())
+            return compile_(req)
+
+        engine._grammars.for_request = recorded
+        try:
+            for req in (request(max_tokens=3, regex="[0-9]{3}"), request(max_tokens=2)):
+                [chunk async for chunk in engine.generate(req)]
+        finally:
+            await engine.stop()
+        return threading.get_ident()
+
+    loop_thread = asyncio.run(main())
+    assert len(compiled_on) == 1 and compiled_on[0] != loop_thread  # the unconstrained request compiles nothing
 
 
 def test_json_object_regex_and_ebnf_hold_on_the_real_model(loaded):

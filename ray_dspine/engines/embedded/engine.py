@@ -93,7 +93,7 @@ from .sequence import (
     run_step,
 )
 from .sequence_setup import make_sequence
-from .grammar import Grammars
+from .grammar import Grammars, RequestGrammar, constraint
 from .tool_parser import ToolCallReader, new_call_id
 
 log = logging.getLogger(__name__)
@@ -248,7 +248,10 @@ class EmbeddedEngine:
         calls = ToolCallReader.for_request(request, self._new_call_id)
         if calls is not None:  # as SGLang: a call's markers may be special tokens
             request = request.model_copy(update={"skip_special_tokens": False})
-        sequence = self._make_sequence(request)
+        grammar = None
+        if constraint(request) is not None:  # compiled off the event loop (grammar.py rule `compile`)
+            grammar = await asyncio.to_thread(self._grammars.for_request, request)
+        sequence = self._make_sequence(request, grammar)
         queue: asyncio.Queue = asyncio.Queue()
         with self._wake:
             try:
@@ -284,10 +287,10 @@ class EmbeddedEngine:
             self._token_texts = TokenTexts(self._loaded.tokenizer)
         return self._token_texts
 
-    def _make_sequence(self, request: GenerateRequest) -> Sequence:
+    def _make_sequence(self, request: GenerateRequest, grammar: RequestGrammar | None = None) -> Sequence:
         return make_sequence(
             self.config, self._loaded, request, self._tokenize(request), self._drafter_enabled, self._pooled_acceptance,
-            self._grammars,
+            grammar,
         )  # fmt: skip
 
     def _cancel(self, request_id: str) -> None:

@@ -23,8 +23,10 @@ Rules:
               schemas fall under rule `unenforced`.
   compile     with xgrammar, SGLang's default grammar backend, as that backend compiles each kind: a JSON
               schema allowing any whitespace, a regular expression, an EBNF grammar, a structural tag. One
-              compiler an engine, over its tokenizer and the model's vocabulary, made on the first constrained
-              request; xgrammar caches what it compiled. A constraint xgrammar refuses is a 400 naming its field.
+              compiler an engine, over its tokenizer and the model's vocabulary, made for the first constrained
+              request (it reads the vocabulary only); xgrammar caches what it compiled. The engine compiles off its event loop, as
+              SGLang compiles in a thread pool: xgrammar lets go of Python's lock while it compiles, so other
+              requests' streams go on meanwhile. A constraint xgrammar refuses is a 400 naming its field.
   unenforced  a JSON schema using what xgrammar 0.2.7 accepts but does not enforce is refused (400 naming its
               field, response_format or tools, the keyword and where it is), not served unchecked: the keywords
               in UNENFORCED (but `uniqueItems: false` and an empty dependentRequired or dependentSchemas, which
@@ -51,6 +53,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from typing import TYPE_CHECKING
 
 from ..protocol import EngineError, GenerateRequest
@@ -200,13 +203,25 @@ def _structural_tag(tag: dict):
 
 
 class Grammars:
-    """One engine's grammar compiler (rule `compile`), made on first use."""
+    """One engine's grammar compiler (rule `compile`)."""
 
     def __init__(self, tokenizer, vocab_size: int, eos_token_ids: frozenset[int]) -> None:
         self._tokenizer = tokenizer
         self._vocab_size = vocab_size
         self._eos_token_ids = sorted(eos_token_ids)
         self._compiler = None
+        self._making = threading.Lock()  # requests compile on worker threads
+
+    def _prepare(self) -> None:
+        """Make the compiler, once."""
+        with self._making:
+            if self._compiler is None:
+                import xgrammar
+
+                info = xgrammar.TokenizerInfo.from_huggingface(
+                    self._tokenizer, vocab_size=self._vocab_size, stop_token_ids=self._eos_token_ids
+                )
+                self._compiler = xgrammar.GrammarCompiler(info)
 
     def for_request(self, request: GenerateRequest) -> "RequestGrammar | None":
         found = constraint(request)
@@ -223,11 +238,7 @@ class Grammars:
                 _check_enforced(json.dumps(schema), param)
         import xgrammar
 
-        if self._compiler is None:
-            info = xgrammar.TokenizerInfo.from_huggingface(
-                self._tokenizer, vocab_size=self._vocab_size, stop_token_ids=self._eos_token_ids
-            )
-            self._compiler = xgrammar.GrammarCompiler(info)
+        self._prepare()
         try:
             if kind == "json":
                 compiled = self._compiler.compile_json_schema(text, any_whitespace=True)

@@ -8,8 +8,8 @@ Rules (C = min(context_length_tokens, the model's context), P = prompt tokens, M
   A logit_bias key outside the model's vocabulary is refused (400, param logit_bias), as SGLang's
   SamplingParams.verify refuses it; so is a stop_regex pattern the `regex` package cannot compile (400, param
   stop_regex: detokenizer.py searches with it; the ingress has checked it compiles under `re`, as SGLang does).
-  A response_format, regex or ebnf constraint, or a forced tool call, is compiled into the request's grammar
-  (grammar.py), or refused (400) where it does not compile or would not be enforced.
+  A request with a response_format, regex or ebnf constraint, or a forced tool call, decodes under its grammar,
+  which the engine compiled beforehand (grammar.py).
   Sampling draws from a generator seeded with the request's seed (a random one without).
   A seeded sampled request drafts with the prior step costs 1 + draft_cost_ratio_prior * k, never the
   measured ones nor an exploration, and its acceptance counts start neutral and feed no pool
@@ -28,7 +28,7 @@ from .config import EmbeddedEngineConfig
 from .detokenizer import IncrementalDetokenizer
 from .draft_policy import MatchedAcceptance
 from .drafter import NgramDrafter
-from .grammar import Grammars
+from .grammar import RequestGrammar
 from .sequence import Sequence
 
 DEFAULT_TEMPERATURE = 1.0  # OpenAI's, for a request that leaves it out
@@ -42,7 +42,7 @@ def make_sequence(
     prompt_ids: list[int],
     drafter_enabled: bool,
     pooled_acceptance: MatchedAcceptance | None = None,
-    grammars: Grammars | None = None,
+    grammar: RequestGrammar | None = None,
 ) -> Sequence:
     context = min(config.context_length_tokens, loaded.context_length_tokens)
     if len(prompt_ids) >= context:
@@ -73,7 +73,6 @@ def make_sequence(
         generator = torch.Generator()
         generator.manual_seed(request.seed if request.seed is not None else uuid.uuid4().int & (2**63 - 1))
     seeded = generator is not None and request.seed is not None
-    grammar = grammars.for_request(request) if grammars is not None else None
     drafter = None
     if config.speculative:
         drafter = NgramDrafter(config.num_draft_tokens, config.ngram_min, config.ngram_max, config.ngram_occurrence)
