@@ -1,4 +1,5 @@
-"""Streaming OpenAI-compatible client that times every request of a replay.
+"""Streaming OpenAI-compatible client that times every request of a replay (Anthropic's Messages API too:
+messages_api.py reads its events into the same record).
 
 Measurement rule: t0 = clock() just before the POST; each SSE `data:` event whose first choice carries
 text (`delta.content`, `delta.reasoning_content`, `delta.tool_calls`, or `text` on /v1/completions)
@@ -28,8 +29,9 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from ..serve.server_timing import HEADER as SERVER_TIMING, parse_server_timing
 from .endpoint import auth_headers, error_message
+from .messages_api import MessagesEvents, body_parts
 from .records import ErrorKind, RequestRecord
-from .traces.model import TraceRequest
+from .traces.model import TraceMessage, TraceRequest
 from .traces.synthetic import render_synthetic
 
 
@@ -38,7 +40,9 @@ class ClientSettings(BaseModel):
 
     endpoint: str = Field(description="Base URL, e.g. http://127.0.0.1:8000.")
     model: str = Field(description="Model name sent in every request.")
-    api: Literal["chat", "completions"] = Field(default="chat", description="Which OpenAI route to call.")
+    api: Literal["chat", "completions", "messages"] = Field(
+        default="chat", description="Which route to call: OpenAI's chat or completions, or Anthropic's messages."
+    )
     pool: str | None = Field(default=None, description="Force this pool (x-dspine-pool request header).")
     api_key: str | None = Field(default=None, description="Bearer token; None sends no Authorization header.")
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
@@ -60,6 +64,10 @@ def build_body(request: TraceRequest, settings: ClientSettings) -> dict[str, Jso
         "stream_options": {"include_usage": True, "continuous_usage_stats": True},
     }
     text = render_synthetic(request.synthetic_prompt) if request.synthetic_prompt is not None else request.prompt
+    if settings.api == "messages":  # messages_api.py rule `body`
+        del body["stream_options"]
+        messages = request.messages or [TraceMessage(role="user", content=text)]
+        return {**body, **body_parts(messages, request.tools)}
     if settings.api == "completions":
         if text is None:
             raise ValueError(f"{request.request_id}: a chat trace cannot be sent to /v1/completions")
@@ -74,9 +82,10 @@ def build_body(request: TraceRequest, settings: ClientSettings) -> dict[str, Jso
 
 
 class _Stream:
-    """What one response stream has shown so far."""
+    """What one response stream has shown so far (an Anthropic one read by messages_api.py's rule `events`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, messages_api: bool = False) -> None:
+        self.messages = MessagesEvents() if messages_api else None
         self.offsets: list[float] = []
         self.tokens: list[int] = []
         self.cumulative = 0
@@ -96,6 +105,8 @@ class _Stream:
             return "bad_response", f"unparseable SSE data: {data[:120]!r}"
         if not isinstance(event, dict):
             return "bad_response", f"unexpected SSE data: {data[:120]!r}"
+        if self.messages is not None:
+            return self._feed_message_event(event, offset_s)
         if event.get("error"):
             err = event["error"]
             return "stream_error", str(err.get("message", err) if isinstance(err, dict) else err)
@@ -109,13 +120,20 @@ class _Stream:
         if choice.get("finish_reason"):
             self.finish_reason = choice["finish_reason"]
         delta = choice.get("delta") or {}
-        for call in delta.get("tool_calls") or []:
+        piece = choice.get("text") or delta.get("content") or delta.get("reasoning_content") or ""
+        self._content(piece, delta.get("tool_calls") or [], offset_s, usage)
+        if usage:
+            self.usage = usage
+        return None
+
+    def _content(self, piece: str, calls: list[dict], offset_s: float, usage: dict | None) -> None:
+        """A content chunk (text, or tool-call deltas), if the event carries one."""
+        for call in calls:
             function = call.get("function") or {}
             name_and_arguments = self.calls.setdefault(call.get("index", 0), ["", ""])
             name_and_arguments[0] = name_and_arguments[0] or function.get("name") or ""
             name_and_arguments[1] += function.get("arguments") or ""
-        piece = choice.get("text") or delta.get("content") or delta.get("reasoning_content") or ""
-        if piece or delta.get("tool_calls"):
+        if piece or calls:
             count = 1
             if usage and isinstance(usage.get("completion_tokens"), int):
                 count = max(1, usage["completion_tokens"] - self.cumulative)
@@ -123,8 +141,13 @@ class _Stream:
             self.offsets.append(offset_s)
             self.tokens.append(count)
             self.text.append(piece)
-        if usage:
-            self.usage = usage
+
+    def _feed_message_event(self, event: dict, offset_s: float) -> tuple[ErrorKind, str] | None:
+        piece, call, error = self.messages.feed(event)
+        if error is not None:
+            return "stream_error", error
+        self._content(piece or "", [call] if call else [], offset_s, None)
+        self.usage, self.finish_reason, self.done = self.messages.usage, self.messages.finish_reason, self.messages.done
         return None
 
     def complete_calls(self) -> list[str]:
@@ -175,13 +198,13 @@ class StreamingClient:
         """Send one request (to `pool` when given: a copy of its conversation of its own, session id
         `<session>@<pool>`); the record goes to `deliver` too, even when the task is cancelled."""
         settings = self.settings
-        route = "/v1/completions" if settings.api == "completions" else "/v1/chat/completions"
+        route = {"completions": "/v1/completions", "messages": "/v1/messages"}.get(settings.api, "/v1/chat/completions")
         url = settings.endpoint.rstrip("/") + route
         body = build_body(request, settings)
         session_id = request.session_id if repetition == 0 else f"{request.session_id}-r{repetition}"
         if pool:
             session_id = f"{session_id}@{pool}"
-        stream = _Stream()
+        stream = _Stream(messages_api=settings.api == "messages")
         status: int | None = None
         headers: httpx.Headers = httpx.Headers()
         failure: tuple[ErrorKind, str] | None = None
@@ -202,7 +225,8 @@ class StreamingClient:
                                 if failure or stream.done:
                                     break
                         if failure is None and not stream.done:
-                            failure = ("incomplete_stream", "stream ended without data: [DONE]")
+                            end = "message_stop" if stream.messages is not None else "data: [DONE]"
+                            failure = ("incomplete_stream", f"stream ended without {end}")
         except TimeoutError:
             failure = ("timeout", f"no complete answer within {settings.timeout_s:g} s")
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
@@ -287,7 +311,7 @@ class StreamingClient:
             start_unix_s=wall0,
             end_unix_s=wall0 + max(0.0, end - t0),
             output_text="".join(stream.text) if self.settings.keep_text else None,
-            num_tools=len(request.tools or []) if self.settings.api == "chat" else 0,
+            num_tools=len(request.tools or []) if self.settings.api != "completions" else 0,
             recorded_calls=request.recorded_calls,
             answer_calls=stream.complete_calls(),
         )

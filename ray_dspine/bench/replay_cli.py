@@ -101,7 +101,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="replay every conversation on each of these pools at the same time, each with its own "
                        "--concurrency, and compare them turn by turn (paired ratios)")
     parser.add_argument("--model", metavar="NAME", help="model name (default: first of /v1/models)")
-    parser.add_argument("--api", choices=("chat", "completions"), default="chat", help="route (default %(default)s)")
+    parser.add_argument("--api", choices=("chat", "completions", "messages"), default="chat",
+                        help="route: OpenAI's chat or completions, or Anthropic's messages (default %(default)s)")
     parser.add_argument("--tool-calls", choices=("native", "flatten"), default="native",
                         help="send tool calls as OpenAI messages or flatten them to text (default %(default)s)")
     parser.add_argument("--tools", choices=("none", "from-trace"), default="none",
@@ -129,8 +130,8 @@ def options_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser)
         parser.error("argument --time-scale: only valid with --arrivals")
     if not args.arrivals and args.max_in_flight is not None:
         parser.error("argument --max-in-flight: only valid with --arrivals")
-    if args.tools != "none" and args.api != "chat":
-        parser.error("argument --tools: tools are a chat field; use --api chat")
+    if args.tools != "none" and args.api == "completions":
+        parser.error("argument --tools: tools are a chat field; use --api chat or messages")
     try:
         return ReplayOptions(
             endpoint=args.endpoint, trace=args.trace, out_dir=args.out, traces_dir=args.traces_dir,

@@ -353,7 +353,8 @@ def _usage(usage: dict | None) -> dict:
     return out
 
 
-def _input(arguments: str) -> dict:
+def tool_input(arguments: str) -> dict:
+    """A call's arguments as a tool_use block's input: the JSON object they hold, {} when they hold none."""
     try:
         value = json.loads(arguments or "{}")
     except ValueError:
@@ -373,7 +374,7 @@ def message(payload: dict, stop_sequences: Iterable[str] = ()) -> dict:
     for call in said.get("tool_calls") or []:
         function = call["function"]
         content.append({"type": "tool_use", "id": call["id"], "name": function["name"],
-                        "input": _input(function["arguments"])})  # fmt: skip
+                        "input": tool_input(function["arguments"])})  # fmt: skip
     reason, sequence = _stop(choice.get("finish_reason"), choice.get("matched_stop"), stop_sequences)
     return {
         "id": message_id(payload["id"]),
