@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import random
 import signal
 import socket
 import stat
@@ -40,9 +41,16 @@ PROBES = [
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A free port between Ray's worker ports (10002-19999) and the kernel's ephemeral range (32768 up, where the
+    ports the stack's own processes bind come from), so that none of them takes it before the stack binds it."""
+    for port in random.sample(range(20000, 32768), 100):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port between 20000 and 32767")
 
 
 def is_loopback(ip: str) -> bool:
