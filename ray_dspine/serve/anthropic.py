@@ -18,7 +18,9 @@ Rules:
   fields    max_tokens, temperature, top_p, top_k and stop_sequences (as `stop`) carry over; `stream` asks for the
             usage in the stream; `metadata.user_id` is the chat `user`, so an agent's session keeps its arm.
   tools     a custom tool (no `type`, or "custom") is a function {name, description, parameters: input_schema,
-            strict} and must have its input_schema; a tool of another `type` is one of Anthropic's own
+            strict when given} and must have its input_schema (SGLang writes `strict: false` on a tool that
+            does not say, which a template that writes the tools out shows the model; a tool here reads as the
+            same tool sent as a chat request); a tool of another `type` is one of Anthropic's own
             (web_search_*, bash_*, text_editor_*, computer_*, ...), which runs on Anthropic's side: it is left
             out, as SGLang leaves its four server tools out. tool_choice auto / any / tool / none is "auto" /
             "required" / the named function / "none", and `disable_parallel_tool_use` is parallel_tool_calls
@@ -310,8 +312,9 @@ def _tools(request: MessagesRequest, chat: dict) -> None:
     for tool in request.tools or []:
         if tool.server_side():
             continue
-        function = {"name": tool.name, "description": tool.description or "", "parameters": tool.input_schema,
-                    "strict": tool.strict is True}
+        function = {"name": tool.name, "description": tool.description or "", "parameters": tool.input_schema}
+        if tool.strict is not None:
+            function["strict"] = tool.strict
         functions.append({"type": "function", "function": function})
     if functions:
         chat["tools"] = functions

@@ -63,7 +63,7 @@ def test_rule_body_comes_back_as_the_chat_request_through_the_ingress_translatio
         {"role": "assistant", "content": "Which flight?"},
         {"role": "user", "content": "the one to Oslo"},
     ]  # fmt: skip
-    assert chat["tools"][0]["function"]["parameters"] == TOOLS[0]["function"]["parameters"]
+    assert chat["tools"] == TOOLS  # the same tools, so the same prompt on an embedded pool
 
 
 def trace_request(max_tokens: int = 3) -> TraceRequest:

@@ -60,7 +60,7 @@ def test_tools_server_tools_are_left_out_and_choices_map():
     tools = [WEATHER, {"type": "web_search_20250305", "name": "web_search", "max_uses": 3}]
     chat = anthropic.chat_body(body(tools=tools))
     assert chat["tools"] == [{"type": "function", "function": {
-        "name": "get_weather", "description": "", "parameters": WEATHER["input_schema"], "strict": False}}]
+        "name": "get_weather", "description": "", "parameters": WEATHER["input_schema"]}}]
     assert "tool_choice" not in chat
     choices = {"auto": "auto", "any": "required", "none": "none"}
     for kind, expected in choices.items():
