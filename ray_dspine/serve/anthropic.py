@@ -49,8 +49,9 @@ Rules:
   count     `POST /v1/messages/count_tokens` takes a Messages request without max_tokens and answers
             {"input_tokens": n}: the prompt tokens the request would be prefilled with on the pool it would go
             to (an embedded pool tokenizes it as it would for generation; an sglang pool's SGLang counts the
-            request itself, handed the fields above without Anthropic's server tools, at the reasoning level the
-            ingress chose: engines/sglang/mapping.py rule `count`). Simulated pools have no tokenizer: 400.
+            request itself, handed the fields above without what rule `request` leaves out, at the reasoning
+            level the ingress chose: engines/sglang/mapping.py rule `count`). Simulated pools have no
+            tokenizer: 400.
   errors    {"type": "error", "error": {"type", "message"}} with the chat path's status; the type by status as
             SGLang maps it (ERROR_TYPES), 413 as Anthropic's request_too_large. Every answer under /v1/messages,
             the API-key gate's and the framework's included, takes this shape.
@@ -296,10 +297,14 @@ def chat_body(body: dict) -> dict:
 
 def count_body(body: dict) -> dict:
     """Rule `count`: the Messages request `body` (max_tokens not needed) as Anthropic's count_tokens body, with
-    only the fields this module reads and without the tools that run on Anthropic's side."""
+    only the fields this module reads, and without what rule `request` leaves out of the chat request (thinking
+    blocks, and the tools that run on Anthropic's side)."""
     request = MessagesRequest.model_validate({**body, "max_tokens": 1})
     counted = request.model_dump(include={"model", "messages", "system", "tool_choice", "thinking", "output_config"},
                                  exclude_none=True, by_alias=True)  # fmt: skip
+    for message in counted["messages"]:
+        if isinstance(message["content"], list):
+            message["content"] = [block for block in message["content"] if block["type"] != "thinking"]
     tools = [tool.model_dump(exclude_none=True) for tool in request.tools or [] if not tool.server_side()]
     if tools:
         counted["tools"] = tools

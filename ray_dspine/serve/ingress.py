@@ -313,10 +313,11 @@ class IngressCore:
             self.authenticate(request)
             body = {**await self.read_json(request), "max_tokens": 1}  # counting needs no max_tokens
             typed, _ = self.build_request(_messages_chat_body(body), request, chat=True)
-            call = self.handles[typed.pool].count_tokens.remote(typed, anthropic.count_body(body))
-            answer = await asyncio.wait_for(call, self.server.request_timeout_s)
         except ApiError as exc:
             return error_response(exc, self.server.retry_after_s, path=anthropic.PATH)
+        try:
+            call = self.handles[typed.pool].count_tokens.remote(typed, anthropic.count_body(body))
+            answer = await asyncio.wait_for(call, self.server.request_timeout_s)
         except asyncio.TimeoutError:
             late = ApiError(504, "counting the tokens took longer than request_timeout_s", code="timeout")
             return error_response(late, path=anthropic.PATH)

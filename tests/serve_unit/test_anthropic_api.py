@@ -305,9 +305,12 @@ def test_count_tokens_refusals_are_anthropic_errors(monkeypatch):
 def test_count_body_keeps_what_counts_and_drops_anthropics_server_tools():
     body = {"model": MODEL, "max_tokens": 9, "stream": True, "temperature": 0.5, "metadata": {"user_id": "u"},
             "system": [{"type": "text", "text": "s", "cache_control": {"type": "ephemeral"}}],
-            "messages": [{"role": "user", "content": "hi"}], "thinking": {"type": "disabled"},
+            "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "hm", "signature": "s"}, {"type": "text", "text": "yo"}]}],
+            "thinking": {"type": "disabled"},
             "tools": [WEATHER, {"type": "web_search_20250305", "name": "web_search"}], "tool_choice": {"type": "auto"}}
     assert anthropic.count_body(body) == {
-        "model": MODEL, "system": [{"type": "text", "text": "s"}], "messages": [{"role": "user", "content": "hi"}],
+        "model": MODEL, "system": [{"type": "text", "text": "s"}], "messages": [
+            {"role": "user", "content": "hi"}, {"role": "assistant", "content": [{"type": "text", "text": "yo"}]}],
         "thinking": {"type": "disabled"}, "tool_choice": {"type": "auto", "disable_parallel_tool_use": False},
         "tools": [WEATHER]}

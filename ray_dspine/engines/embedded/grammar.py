@@ -24,9 +24,10 @@ Rules:
   compile     with xgrammar, SGLang's default grammar backend, as that backend compiles each kind: a JSON
               schema allowing any whitespace, a regular expression, an EBNF grammar, a structural tag. One
               compiler an engine, over its tokenizer and the model's vocabulary, made for the first constrained
-              request (it reads the vocabulary only); xgrammar caches what it compiled. The engine compiles off its event loop, as
-              SGLang compiles in a thread pool: xgrammar lets go of Python's lock while it compiles, so other
-              requests' streams go on meanwhile. A constraint xgrammar refuses is a 400 naming its field.
+              request (it reads the vocabulary only); xgrammar caches what it compiled. The engine compiles off
+              its event loop, as SGLang compiles in a thread pool: xgrammar lets go of Python's lock while it
+              compiles, so other requests' streams go on meanwhile. A constraint xgrammar refuses is a 400
+              naming its field.
   unenforced  a JSON schema using what xgrammar 0.2.7 accepts but does not enforce is refused (400 naming its
               field, response_format or tools, the keyword and where it is), not served unchecked: the keywords
               in UNENFORCED (but `uniqueItems: false` and an empty dependentRequired or dependentSchemas, which
