@@ -42,7 +42,9 @@ Rules:
             cache_read_input_tokens = those read from it (when any), output_tokens.
   stream    events as SGLang sends them: message_start (usage zero: the pools report a request's tokens when it
             ends), then per block content_block_start, its deltas (text_delta, thinking_delta, input_json_delta)
-            and content_block_stop (a new block starts when the kind changes and at each tool call), then
+            and content_block_stop (a new block starts when the kind changes and at each tool call; within one
+            chat event, reasoning, then text, then calls, the order the model wrote them in: SGLang puts an
+            event's calls before its text), then
             message_delta with the stop_reason and the usage (all of it, as Anthropic's API counts it at the end:
             SGLang sends output_tokens only), then message_stop. A stream that fails once started (a chat
             error event) closes its open block and ends with an `error` event and message_stop.
@@ -447,6 +449,9 @@ class MessageStream:
             if delta.get("reasoning_content"):
                 out += self._block("thinking", {"type": "thinking", "thinking": ""})
                 out.append(self._delta({"type": "thinking_delta", "thinking": delta["reasoning_content"]}))
+            if delta.get("content"):
+                out += self._block("text", {"type": "text", "text": ""})
+                out.append(self._delta({"type": "text_delta", "text": delta["content"]}))
             for call in delta.get("tool_calls") or []:
                 function = call.get("function") or {}
                 if function.get("name"):
@@ -454,9 +459,6 @@ class MessageStream:
                     out += self._block("tool_use", start, new=True)
                 if function.get("arguments") and self._open == "tool_use":
                     out.append(self._delta({"type": "input_json_delta", "partial_json": function["arguments"]}))
-            if delta.get("content"):
-                out += self._block("text", {"type": "text", "text": ""})
-                out.append(self._delta({"type": "text_delta", "text": delta["content"]}))
         return out
 
     def _start(self) -> list[str]:

@@ -179,6 +179,15 @@ def test_stream_blocks_open_and_close_by_kind_and_end_with_the_stop_sequence():
     assert frames_of(events)[0]["message"]["id"] == "msg_s9"
 
 
+def test_stream_an_events_text_goes_before_its_calls():
+    # stream batching can merge the text before a call and the call's first delta into one chat event
+    call = {"index": 0, "id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+    frames = frames_of([chunk_event({"role": "assistant", "content": "Checking.", "tool_calls": [call]},
+                                    finish="tool_calls"), "data: [DONE]\n\n"])  # fmt: skip
+    starts = [f["content_block"]["type"] for f in frames if f["type"] == "content_block_start"]
+    assert starts == ["text", "tool_use"]
+
+
 def test_stream_a_failure_closes_the_open_block_then_error_and_message_stop():
     events = [chunk_event({"content": "A"}),
               data({"error": {"message": "replica stopped", "type": "server_error", "param": None,

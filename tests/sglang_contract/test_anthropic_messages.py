@@ -17,6 +17,9 @@ Where we differ on purpose, each side is checked for what anthropic.py says inst
                    sequence, as Anthropic's API answers; SGLang says end_turn.
   message_delta    ours carries the whole usage (input, cached, output tokens) at the end; SGLang's carries the
                    output tokens only.
+  event order      a chat event holding both text and a call (stream batching can merge them) opens the text
+                   block first, as the model wrote it; SGLang opens the call first. No stream here holds such an
+                   event; tests/serve_unit/test_anthropic_api.py checks ours.
 """
 
 from __future__ import annotations
