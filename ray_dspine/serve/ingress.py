@@ -27,6 +27,7 @@ refusals before any work (429 by admission, 503 by Ray) count in dspine_refused_
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -213,7 +214,8 @@ class IngressCore:
             raise
         except Exception as exc:
             log.error("unexpected %s while serving a request", type(exc).__name__, exc_info=True)
-            return error_response(ApiError(500, f"internal error: {type(exc).__name__}", code="internal_error"))
+            failure = ApiError(500, f"internal error: {type(exc).__name__}", code="internal_error")
+            return error_response(failure, path=request.url.path)
 
     def deadline_of(self, request: Request, arrived: float) -> float:
         """The request's end-to-end deadline (monotonic seconds): request_timeout_s after it arrived, or
@@ -296,11 +298,9 @@ class IngressCore:
             return translated
 
         response = await self.serve(request, chat=True, to_chat=to_chat)
-        headers = {k: v for k, v in response.headers.items() if k.lower() not in ("content-length", "content-type")}
         if response.status_code >= 400:
-            error = json.loads(response.body).get("error") or {}
-            body = anthropic.error_body(response.status_code, error.get("message") or "")
-            return JSONResponse(body, response.status_code, headers)
+            return response  # already Anthropic's shape: errors.py shapes an error by the request's path
+        headers = {k: v for k, v in response.headers.items() if k.lower() not in ("content-length", "content-type")}
         if isinstance(response, StreamingResponse):
             events = _message_events(response.body_iterator, self.server.served_model_name, stops)
             return StreamingResponse(events, media_type="text/event-stream", headers=headers)
@@ -331,6 +331,7 @@ class IngressCore:
 
     async def _serve(self, request: Request, *, chat: bool, to_chat=None) -> Response:
         retry = self.server.retry_after_s
+        refuse = functools.partial(error_response, path=request.url.path)  # errors.py: the shape by the route
         taken = time.monotonic()
         try:
             self.authenticate(request)
@@ -340,13 +341,13 @@ class IngressCore:
                 body = to_chat(body)
             typed, parsed = self.build_request(body, request, chat=chat)
         except ApiError as exc:
-            return error_response(exc, retry)
+            return refuse(exc, retry)
         admission = self.admission.pool(typed.pool)
         verdict = admission.decide(deadline - time.monotonic())
         if not verdict.admit:
             self.metrics.record_refusal(typed, Chunk(error=verdict.message, error_status=verdict.status))
-            return error_response(ApiError(verdict.status, verdict.message, code=verdict.code,
-                                           retry_after_s=verdict.retry_after_s))  # fmt: skip
+            return refuse(ApiError(verdict.status, verdict.message, code=verdict.code,
+                                   retry_after_s=verdict.retry_after_s))  # fmt: skip
         ticket = admission.begin(deadline)
         started = time.monotonic()
         token_ids = None if chat else parsed.prompt_token_ids()
@@ -359,7 +360,7 @@ class IngressCore:
         except responses.DeadlineExceeded:
             ticket.end(completed=False)
             self.metrics.start(typed, "", started).finish("error", None)
-            return error_response(ApiError(504, responses.timeout_message(typed), code="timeout"), retry)
+            return refuse(ApiError(504, responses.timeout_message(typed), code="timeout"), retry)
         except Exception as exc:  # backpressure, unavailable replicas, a replica that stopped
             ticket.end(completed=False)
             failure = exc if isinstance(exc, ApiError) else responses.handle_error(exc, admission.busy_retry_after_s())
@@ -367,13 +368,13 @@ class IngressCore:
                 self.metrics.record_refusal(typed, Chunk(error=failure.message, error_status=503))
             else:
                 self.metrics.start(typed, "", started).finish("error", None)
-            return error_response(failure, retry)
+            return refuse(failure, retry)
         if first.error is not None:
             ticket.end(completed=False)
             stream.cancel()
             self.metrics.record_refusal(typed, first)
             code = getattr(first, "error_code", None)
-            return error_response(ApiError(first.error_status or 500, first.error, param=first.error_param, code=code), retry)
+            return refuse(ApiError(first.error_status or 500, first.error, param=first.error_param, code=code), retry)
         headers = {
             "x-dspine-pool": typed.pool,
             "x-dspine-arm": typed.arm,
@@ -395,7 +396,7 @@ class IngressCore:
         try:
             payload = await responses.collect(stream, first, typed, model, chat, timer, deadline)
         except ApiError as exc:
-            return error_response(exc, retry)
+            return refuse(exc, retry)
         return JSONResponse(payload, headers=headers)
 
     async def list_models(self) -> dict:
