@@ -151,6 +151,14 @@ class Chunk(BaseModel):
         "the tokens whose text the chunk holds or holds back, a trimmed end token included.",
     )
     usage: Usage | None = None
+    prompt_tokens: int | None = Field(
+        default=None,
+        description="Set on the first chunk by the engine: the prompt's tokens, so a stream reports them from its "
+        "first event (continuous usage, the Messages API's message_start) rather than only at its end.",
+    )
+    cached_prompt_tokens: int | None = Field(
+        default=None, description="Set beside prompt_tokens: how many of them were read from the prefix cache."
+    )
     error: str | None = Field(default=None, description="Set on a refused or failed request.")
     error_status: int | None = Field(default=None, description="HTTP status for the error (4xx refused, 5xx failed).")
     error_param: str | None = Field(default=None, description="The request field the error is about.")

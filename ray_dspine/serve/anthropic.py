@@ -16,7 +16,8 @@ Rules:
             message of tool results alone adds no user message. thinking blocks are left out: the chat path
             carries no reasoning history (SGLang leaves them out too for a model without a reasoning parser).
   fields    max_tokens, temperature, top_p, top_k and stop_sequences (as `stop`) carry over; `stream` asks for the
-            usage in the stream; `metadata.user_id` is the chat `user`, so an agent's session keeps its arm.
+            usage on every event, as SGLang does (continuous_usage_stats); `metadata.user_id` is the chat `user`,
+            so an agent's session keeps its arm.
   tools     a custom tool (no `type`, or "custom") is a function {name, description, parameters: input_schema,
             strict when given} and must have its input_schema (SGLang writes `strict: false` on a tool that
             does not say, which a template that writes the tools out shows the model; a tool here reads as the
@@ -40,14 +41,15 @@ Rules:
             stop_sequences is stop_reason "stop_sequence" with that `stop_sequence`, as Anthropic's API
             answers (SGLang says end_turn). usage: input_tokens = prompt tokens not read from the prefix cache,
             cache_read_input_tokens = those read from it (when any), output_tokens.
-  stream    events as SGLang sends them: message_start (usage zero: the pools report a request's tokens when it
-            ends), then per block content_block_start, its deltas (text_delta, thinking_delta, input_json_delta)
-            and content_block_stop (a new block starts when the kind changes and at each tool call; within one
+  stream    events as SGLang sends them: message_start with the first chat event (its usage: input_tokens and
+            cache_read_input_tokens as in rule `response`, output_tokens 0), then per block
+            content_block_start, its deltas (text_delta, thinking_delta, input_json_delta) and
+            content_block_stop (a new block starts when the kind changes and at each tool call; within one
             chat event, reasoning, then text, then calls, the order the model wrote them in: SGLang puts an
-            event's calls before its text), then
-            message_delta with the stop_reason and the usage (all of it, as Anthropic's API counts it at the end:
-            SGLang sends output_tokens only), then message_stop. A stream that fails once started (a chat
-            error event) closes its open block and ends with an `error` event and message_stop.
+            event's calls before its text), then message_delta with the stop_reason and the usage (all of it,
+            as Anthropic's API counts it at the end: SGLang sends output_tokens only), then message_stop. A
+            stream that fails once started (a chat error event) closes its open block and ends with an `error`
+            event and message_stop.
   count     `POST /v1/messages/count_tokens` takes a Messages request without max_tokens and answers
             {"input_tokens": n}: the prompt tokens the request would be prefilled with on the pool it would go
             to (an embedded pool tokenizes it as it would for generation; an sglang pool's SGLang counts the
@@ -277,7 +279,7 @@ def chat_body(body: dict) -> dict:
     chat: dict[str, Any] = {"model": request.model, "messages": _messages(request), "max_tokens": request.max_tokens}
     if request.stream:
         chat["stream"] = True
-        chat["stream_options"] = {"include_usage": True}
+        chat["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
     for name in ("temperature", "top_p", "top_k"):
         if getattr(request, name) is not None:
             chat[name] = getattr(request, name)
@@ -438,7 +440,7 @@ class MessageStream:
             return self._fail(FROM_CHAT_TYPES.get(error.get("type"), "api_error"), error.get("message") or "")
         if not self._started and body.get("id"):
             self._id = message_id(body["id"])
-        out = self._start()
+        out = self._start(body.get("usage"))
         if body.get("usage") and not body.get("choices"):
             self._usage = body["usage"]
             return out
@@ -461,13 +463,13 @@ class MessageStream:
                     out.append(self._delta({"type": "input_json_delta", "partial_json": function["arguments"]}))
         return out
 
-    def _start(self) -> list[str]:
+    def _start(self, usage: dict | None = None) -> list[str]:
         if self._started:
             return []
         self._started = True
         message = {"id": self._id, "type": "message", "role": "assistant", "content": [],
                    "model": self._model, "stop_reason": None, "stop_sequence": None,
-                   "usage": {"input_tokens": 0, "output_tokens": 0}}  # fmt: skip
+                   "usage": {**_usage(usage), "output_tokens": 0}}  # fmt: skip
         return [sse({"type": "message_start", "message": message})]
 
     def _block(self, kind: str, start: dict, new: bool = False) -> list[str]:

@@ -1,9 +1,13 @@
 """Turn a pool's chunk stream into OpenAI response bodies (SSE events or one JSON object).
 
 Endings, for a stream that has started (its first chunk reached the ingress):
-  normal     the chunks' events, the usage event when asked for, then `data: [DONE]`. A chat stream's first
-             event names the role (`"role": "assistant"` in its delta) and later deltas do not, as OpenAI's
-             API and SGLang's serving layer send them. The choice that carries the finish reason carries
+  normal     the chunks' events, the usage event when asked for, then `data: [DONE]`. With continuous usage
+             (stream_options.continuous_usage_stats) every event carries the usage so far, as SGLang's does:
+             prompt_tokens (from the first chunk that carries the prompt's counts, else from a usage), the
+             completion tokens sent, their total and prompt_tokens_details.cached_tokens; before any chunk
+             has named the prompt, completion_tokens alone. A chat stream's first event names the role
+             (`"role": "assistant"` in its delta) and later deltas do not, as OpenAI's API and SGLang's serving
+             layer send them. The choice that carries the finish reason carries
              `matched_stop` too (SGLang's field: the stop string, stop_regex pattern or end token id that
              ended the request; null when none did). With the request's logprobs, every event that carries a
              choice carries the log-probabilities of the tokens its replica sent since the last such event
@@ -131,6 +135,24 @@ def usage_dict(usage: Usage | None) -> dict | None:
     return {**usage.model_dump(), "prompt_tokens_details": {"cached_tokens": usage.cached_prompt_tokens}}
 
 
+def running_usage(prompt: tuple[int, int] | None, completion_tokens: int) -> dict:
+    """A stream event's continuous usage: `prompt` is (prompt tokens, those read from the cache), None unknown."""
+    if prompt is None:
+        return {"completion_tokens": completion_tokens}
+    tokens, cached = prompt
+    return {"prompt_tokens": tokens, "completion_tokens": completion_tokens, "total_tokens": tokens + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": cached}}  # fmt: skip
+
+
+def prompt_counts(chunk: Chunk) -> tuple[int, int] | None:
+    """(prompt tokens, cached prompt tokens) as `chunk` names them: its prompt counts, else its usage's."""
+    if chunk.prompt_tokens is not None:
+        return chunk.prompt_tokens, chunk.cached_prompt_tokens or 0
+    if chunk.usage is not None:
+        return chunk.usage.prompt_tokens, chunk.usage.cached_prompt_tokens
+    return None
+
+
 def _choice(
     chat: bool, text: str, finish: str | None, stream: bool, tool_calls: list[dict] | None = None, reasoning: str = "",
     role: bool = True, matched_stop: int | str | None = None, logprobs: dict | None = None,
@@ -197,6 +219,7 @@ async def sse_events(
     chunk = first
     finished = False
     completion_tokens = 0
+    prompt: tuple[int, int] | None = None
     role_named = False
     scores = _Scores(request, chat)
     ending: tuple | None = None  # (status, message, code, param) of an error ending
@@ -209,6 +232,7 @@ async def sse_events(
                     break
                 timer.tokens(chunk.num_tokens)
                 completion_tokens += chunk.num_tokens
+                prompt = prompt or prompt_counts(chunk)
                 finish = _openai_finish(chunk.finish_reason)
                 scores.add(chunk)
                 if chunk.text or chunk.reasoning or chunk.tool_calls or finish is not None:
@@ -217,7 +241,7 @@ async def sse_events(
                     role_named = True
                     event = {**base, "choices": [choice]}
                     if continuous:
-                        event["usage"] = {"completion_tokens": completion_tokens}
+                        event["usage"] = running_usage(prompt, completion_tokens)
                     yield f"data: {json.dumps(event)}\n\n"
                 if chunk.finish_reason is not None:
                     if include_usage:

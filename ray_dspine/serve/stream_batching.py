@@ -13,7 +13,8 @@ Rules, for an interval T > 0 seconds over one request's stream of chunks:
            text, reasoning, tool-call deltas and log-probabilities joined in order (null when no chunk has any;
            one call's consecutive deltas as one, tool_calls.py rule `join`),
            tokens summed, the finish reason, matched stop and usage of the last, and the stamps (replica,
-           decode path, replica seconds) of the first. An interval in which nothing arrives passes nothing on.
+           decode path, replica seconds) and prompt counts of the first. An interval in which nothing arrives
+           passes nothing on.
   error    a chunk with an error is never merged: the chunks before it pass on first, then it alone.
   end      when the stream ends, what is pending passes on at once, without waiting out the interval;
            an exception the stream raised is raised after that.
@@ -67,6 +68,8 @@ def _merged(run: list[Chunk]) -> Chunk:
         finish_reason=last.finish_reason,
         matched_stop=last.matched_stop,
         usage=last.usage,
+        prompt_tokens=head.prompt_tokens,
+        cached_prompt_tokens=head.cached_prompt_tokens,
         replica=head.replica,
         path=head.path,
         replica_s=head.replica_s,

@@ -50,6 +50,21 @@ def test_second_turn_prefills_only_what_no_cached_prefix_covers(tiny):
     assert load.cache_generation == 1 and load.num_running == 0
 
 
+def test_the_first_chunk_names_the_prompt_and_its_cached_tokens(tiny):
+    async def main():
+        eng = engine(tiny, speculative=False)
+        await eng.start()
+        streams = [[c async for c in eng.generate(req(text, f"r{i}"))] for i, text in enumerate([FIRST, SECOND])]
+        await eng.stop()
+        return streams
+
+    first, second = asyncio.run(main())
+    # the counts of the test above, from the first chunk rather than the end; no later chunk repeats them
+    assert (first[0].prompt_tokens, first[0].cached_prompt_tokens) == (41, 0)
+    assert (second[0].prompt_tokens, second[0].cached_prompt_tokens) == (66, 40)
+    assert all(c.prompt_tokens is None and c.cached_prompt_tokens is None for c in first[1:] + second[1:])
+
+
 def test_identical_prompt_keeps_one_token_to_prefill(tiny):
     (_first, again), _load = replay(tiny, [FIRST, FIRST], speculative=False)
     assert again[1].cached_prompt_tokens == 40  # cap floor((41 - 1) / 8) = 5 blocks

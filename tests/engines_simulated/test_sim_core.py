@@ -142,6 +142,7 @@ def test_rule_prefix_hits_reduce_prefill_and_are_counted():
     # prefill 20 + 0.1 * (10 - 8) = 20.2 ms instead of 21 ms
     assert b[0].time_s - t0 == pytest.approx(0.0202)
     assert b[-1].usage.cached_prompt_tokens == 8
+    assert (b[0].kind, b[0].usage.prompt_tokens, b[0].usage.cached_prompt_tokens) == ("first_token", 10, 8)
     t1 = core.now_s
     core.submit(req("c", 8, 2, ["h0", "h1"]), t1)  # capped: min(2, (8 - 1) // 4 = 1) = 1 block
     c = drain(core)

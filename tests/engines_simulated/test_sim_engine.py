@@ -78,6 +78,8 @@ def test_engine_end_to_end_in_real_time_streams_chunks_and_final_usage():
         assert all(c.text and c.num_tokens >= 1 and c.usage is None for c in body)
         assert sum(c.num_tokens for c in body) == 60
         assert "".join(c.text for c in body) == simulated_text(f"r{i}", 0, 60)
+        # the first chunk names the prompt (no prefix hashes: nothing cached); no later chunk does
+        assert [(c.prompt_tokens, c.cached_prompt_tokens) for c in chunks[:2]] == [(400, 0), (None, None)]
         usage = final.usage
         assert final.finish_reason == "length" and final.text == ""
         assert usage.completion_tokens == 60 and usage.prompt_tokens == 400 and usage.path == "speculative"

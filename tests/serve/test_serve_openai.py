@@ -40,7 +40,7 @@ def test_openai_client_streams_with_spec_stats_and_headers(serve_url):
         temperature=0,
         max_tokens=48,
         stream=True,
-        stream_options={"include_usage": True},
+        stream_options={"include_usage": True, "continuous_usage_stats": True},
         extra_headers={"x-dspine-pool": "spec"},
     ) as response:
         headers = response.headers
@@ -51,6 +51,11 @@ def test_openai_client_streams_with_spec_stats_and_headers(serve_url):
     assert headers["x-dspine-pool"] == "spec" and headers["x-dspine-path"] == "speculative"
     assert headers["x-dspine-arm"] == "spec" and headers["x-dspine-replica"]
     assert usage.completion_tokens > 0
+    # continuous usage: the prompt's count from the first event on, completion tokens as they are sent
+    running = [c.usage for c in chunks[:-1]]
+    assert {u.prompt_tokens for u in running} == {usage.prompt_tokens}
+    assert [u.completion_tokens for u in running] == sorted(u.completion_tokens for u in running)
+    assert running[-1].completion_tokens == usage.completion_tokens
     extra = usage.model_extra
     assert extra["verify_steps"] > 0 and extra["accept_length"] >= 1.0
     assert sum((k + 1) * n for k, n in enumerate(extra["accept_histogram"])) == usage.completion_tokens
@@ -192,9 +197,9 @@ def test_tool_use_with_the_anthropic_client_streamed_or_not(serve_url):
     assert (answer.stop_reason, call.type, call.name, call.input) == ("tool_use", "tool_use", "get_weather",
                                                                       {"city": "Tokyo"})  # fmt: skip
     with client.messages.stream(**ask) as stream:
-        kinds = [event.type for event in stream]
+        events = list(stream)
         streamed = stream.get_final_message()
-    assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
+    assert events[0].type == "message_start" and events[-1].type == "message_stop"
     assert [(b.type, b.name, b.input) for b in streamed.content] == [("tool_use", "get_weather", {"city": "Tokyo"})]
     assert streamed.stop_reason == "tool_use"
     # the same prompt: what the prefix cache holds is counted apart, and the total is the same
@@ -202,6 +207,8 @@ def test_tool_use_with_the_anthropic_client_streamed_or_not(serve_url):
     assert first.input_tokens + (first.cache_read_input_tokens or 0) == \
         second.input_tokens + (second.cache_read_input_tokens or 0)  # fmt: skip
     assert second.cache_read_input_tokens and second.output_tokens == first.output_tokens
+    start = events[0].message.usage  # the prompt is counted from the first event, as at the end
+    assert (start.input_tokens, start.cache_read_input_tokens) == (second.input_tokens, second.cache_read_input_tokens)
     # counting the same request gives the prompt tokens generation prefilled
     counted = client.messages.count_tokens(model=MODEL, tools=[tool], messages=ask["messages"],
                                            extra_headers={"x-dspine-pool": "spec"})  # fmt: skip

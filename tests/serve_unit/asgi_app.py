@@ -96,7 +96,8 @@ class FakeReplica:
             return
         out = words[: request.max_tokens]
         for index, word in enumerate(out):
-            yield Chunk(text=word + " ", num_tokens=1, replica=self.name if index == 0 else None)
+            first = {"replica": self.name, "prompt_tokens": len(words), "cached_prompt_tokens": 0} if index == 0 else {}
+            yield Chunk(text=word + " ", num_tokens=1, **first)
             await asyncio.sleep(0)
         usage = Usage(prompt_tokens=len(words), completion_tokens=len(out), total_tokens=len(words) + len(out))
         yield Chunk(finish_reason="length" if len(out) == request.max_tokens else "stop", usage=usage)

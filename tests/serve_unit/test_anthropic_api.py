@@ -52,7 +52,8 @@ def test_fields_carry_over_and_metadata_user_id_is_the_session():
     chat = anthropic.chat_body(body(temperature=0.2, top_p=0.5, top_k=4, stop_sequences=["END"], stream=True,
                                     metadata={"user_id": "agent-1"}))  # fmt: skip
     assert chat == {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 16,
-                    "stream": True, "stream_options": {"include_usage": True}, "temperature": 0.2, "top_p": 0.5,
+                    "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+                    "temperature": 0.2, "top_p": 0.5,
                     "top_k": 4, "stop": ["END"], "user": "agent-1"}  # fmt: skip
 
 
@@ -231,6 +232,11 @@ def test_messages_over_the_ingress_streamed_and_not(monkeypatch):
     kinds = [line.removeprefix("event: ") for line in streamed.text.split("\n") if line.startswith("event: ")]
     assert kinds == ["message_start", "content_block_start", "content_block_delta", "content_block_delta",
                      "content_block_stop", "message_delta", "message_stop"]  # fmt: skip
+    # the pool's first chunk named the prompt (2 words), so message_start counts it; the end counts it again
+    lines = streamed.text.split("\n")
+    frames = [json.loads(line.removeprefix("data: ")) for line in lines if line.startswith("data: ")]
+    assert frames[0]["message"]["usage"] == {"input_tokens": 2, "output_tokens": 0}
+    assert frames[-2]["usage"] == {"input_tokens": 2, "output_tokens": 2}
 
 
 def test_thinking_disabled_takes_the_reasoning_level_none_pool_and_high_effort_the_other(monkeypatch):

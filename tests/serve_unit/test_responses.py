@@ -54,9 +54,9 @@ def collect(chunks, timer=None, chat=True):
     return asyncio.run(responses.collect(Stream(chunks[1:]), chunks[0], REQUEST, "m", chat, timer, deadline=1e18))
 
 
-def stream_events(chunks, chat=True):
+def stream_events(chunks, chat=True, continuous=False):
     async def events():
-        gen = responses.sse_events(Stream(chunks[1:]), chunks[0], REQUEST, "m", chat, False, False, Timer(), 1e18)
+        gen = responses.sse_events(Stream(chunks[1:]), chunks[0], REQUEST, "m", chat, False, continuous, Timer(), 1e18)
         return [e async for e in gen]
 
     return [json.loads(e[len("data: "):]) for e in asyncio.run(events()) if e != "data: [DONE]\n\n"]
@@ -144,3 +144,27 @@ def test_a_stream_names_matched_stop_on_its_finishing_choice_only():
         assert ["matched_stop" in event["choices"][0] for event in out] == [False, True]
         parsed = [cls.model_validate(event).choices[0] for event in out]
         assert [(c.finish_reason, c.matched_stop) for c in parsed] == [(None, None), ("stop", EOS)]
+
+
+def test_continuous_usage_names_the_prompt_from_the_first_event():
+    # a pool's first chunk names the prompt: 30 tokens, 12 of them read from the prefix cache
+    chunks = [Chunk(text="a", num_tokens=1, prompt_tokens=30, cached_prompt_tokens=12), Chunk(text="bc", num_tokens=2),
+              Chunk(finish_reason="stop", usage=Usage(prompt_tokens=30, completion_tokens=4, cached_prompt_tokens=12),
+                    num_tokens=1)]  # fmt: skip
+    out = stream_events(chunks, continuous=True)
+    # completion tokens so far: 1, 3, then 4 with the finish; total = 30 + those
+    assert [event["usage"] for event in out] == [{"prompt_tokens": 30, "completion_tokens": n, "total_tokens": 30 + n,
+                                                  "prompt_tokens_details": {"cached_tokens": 12}} for n in (1, 3, 4)]
+    protocol = pytest.importorskip("sglang.srt.entrypoints.openai.protocol")
+    for event in out:  # SGLang's own stream class reads it as its UsageInfo
+        usage = protocol.ChatCompletionStreamResponse.model_validate(event).usage
+        assert (usage.prompt_tokens, usage.prompt_tokens_details.cached_tokens) == (30, 12)
+
+
+def test_continuous_usage_before_the_prompt_is_named_counts_completion_tokens_only():
+    # an engine whose first chunk does not name the prompt: its usage names it when the stream ends
+    ending = Chunk(finish_reason="stop", usage=Usage(prompt_tokens=9, completion_tokens=2), num_tokens=1)
+    assert [event["usage"] for event in stream_events([Chunk(text="a", num_tokens=1), ending], continuous=True)] == [
+        {"completion_tokens": 1},
+        {"prompt_tokens": 9, "completion_tokens": 2, "total_tokens": 11, "prompt_tokens_details": {"cached_tokens": 0}},
+    ]

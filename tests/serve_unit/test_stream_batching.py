@@ -133,7 +133,8 @@ def test_rule_merge_keeps_last_finish_and_usage_and_first_stamps():
     usage = Usage(prompt_tokens=10, completion_tokens=7)
     opening = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "f", "arguments": ""}}
     run = [
-        Chunk(text="x", num_tokens=2, replica="r1", path="speculative", replica_s=0.5, tool_calls=[opening]),
+        Chunk(text="x", num_tokens=2, replica="r1", path="speculative", replica_s=0.5, tool_calls=[opening],
+              prompt_tokens=40, cached_prompt_tokens=16),
         Chunk(num_tokens=3, tool_calls=[{"index": 0, "function": {"arguments": "{}"}}]),
         Chunk(text="y", num_tokens=2, finish_reason="stop", matched_stop="END", usage=usage),
     ]
@@ -141,6 +142,7 @@ def test_rule_merge_keeps_last_finish_and_usage_and_first_stamps():
     assert merged.text == "xy" and merged.num_tokens == 7
     assert (merged.finish_reason, merged.matched_stop, merged.usage) == ("stop", "END", usage)
     assert (merged.replica, merged.path, merged.replica_s) == ("r1", "speculative", 0.5)
+    assert (merged.prompt_tokens, merged.cached_prompt_tokens) == (40, 16)
     assert merged.tool_calls == [{**opening, "function": {"name": "f", "arguments": "{}"}}]  # one call: one delta
     assert opening["function"]["arguments"] == ""  # the chunks' deltas are not changed
 

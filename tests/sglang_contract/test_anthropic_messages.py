@@ -8,8 +8,6 @@ messages inline, and the chat stream. Each of our answers and events also valida
 response and event classes.
 
 Where we differ on purpose, each side is checked for what anthropic.py says instead:
-  stream_options   SGLang asks its chat stream for usage on every event (continuous_usage_stats); ours asks for
-                   it once, at the end.
   user             ours sends `metadata.user_id` as the chat `user` (the session key); SGLang drops it.
   strict           SGLang writes `strict: false` on a tool that does not say; ours leaves it out, so the tool
                    reads as the same tool sent as a chat request (a template that writes tools out shows it).
@@ -140,7 +138,7 @@ def test_requests_become_the_chat_request_sglang_makes(name):
         assert tool["function"].pop("strict") is False
     for field in COMPARED:
         assert ours.get(field) == theirs.get(field), field
-    assert ("stream_options" in ours) == ("stream_options" in theirs)
+    assert ours.get("stream_options") == theirs.get("stream_options")  # usage on every event when streamed
 
 
 def test_metadata_user_id_is_the_chat_user_which_sglang_drops():
@@ -211,7 +209,8 @@ class _Timer:
 
 
 def chat_events(chunks: list[Chunk]) -> list[str]:
-    """What our chat path streams for a pool's `chunks` (a Messages request's chat body asks for usage)."""
+    """What our chat path streams for a pool's `chunks` (a Messages request's chat body asks for usage on every
+    event)."""
     request = GenerateRequest(request_id="chatcmpl-s1", messages=[{"role": "user", "content": "x"}], max_tokens=64)
 
     async def stream():
@@ -219,33 +218,34 @@ def chat_events(chunks: list[Chunk]) -> list[str]:
             yield chunk
 
     async def run():
-        events = responses.sse_events(stream(), chunks[0], request, MODEL, True, True, False, _Timer(), 1e12)
+        events = responses.sse_events(stream(), chunks[0], request, MODEL, True, True, True, _Timer(), 1e12)
         return [event async for event in events]
 
     return asyncio.run(run())
 
 
 USAGE = Usage(prompt_tokens=40, completion_tokens=6, total_tokens=46, cached_prompt_tokens=16)
+PROMPT = {"prompt_tokens": 40, "cached_prompt_tokens": 16}  # on a pool's first chunk
 TOOL_START = {"index": 0, "id": "call_9", "type": "function", "function": {"name": "get_weather", "arguments": ""}}
 STREAMS = {
-    "text": [Chunk(text="Hel", num_tokens=1), Chunk(text="lo", num_tokens=1),
+    "text": [Chunk(text="Hel", num_tokens=1, **PROMPT), Chunk(text="lo", num_tokens=1),
              Chunk(finish_reason="stop", usage=USAGE, num_tokens=1)],
-    "reasoning then text": [Chunk(reasoning="Think", num_tokens=2), Chunk(text="Answer", num_tokens=2),
+    "reasoning then text": [Chunk(reasoning="Think", num_tokens=2, **PROMPT), Chunk(text="Answer", num_tokens=2),
                             Chunk(finish_reason="length", usage=USAGE)],
     "text then a streamed call": [
-        Chunk(text="Let me check.", num_tokens=3),
+        Chunk(text="Let me check.", num_tokens=3, **PROMPT),
         Chunk(tool_calls=[TOOL_START], num_tokens=1),
         Chunk(tool_calls=[{"index": 0, "function": {"arguments": '{"city": '}}], num_tokens=1),
         Chunk(tool_calls=[{"index": 0, "function": {"arguments": '"Tokyo"}'}}], num_tokens=1),
         Chunk(finish_reason="tool_calls", usage=USAGE),
     ],
     "two calls": [
-        Chunk(tool_calls=[TOOL_START, {"index": 0, "function": {"arguments": "{}"}}], num_tokens=2),
+        Chunk(tool_calls=[TOOL_START, {"index": 0, "function": {"arguments": "{}"}}], num_tokens=2, **PROMPT),
         Chunk(tool_calls=[{**TOOL_START, "index": 1, "id": "call_10"},
                           {"index": 1, "function": {"arguments": '{"city": "Rome"}'}}], num_tokens=2),
         Chunk(finish_reason="tool_calls", usage=USAGE),
     ],
-    "an error after text": [Chunk(text="Partial", num_tokens=1),
+    "an error after text": [Chunk(text="Partial", num_tokens=1, **PROMPT),
                             Chunk(finish_reason="error", error="engine step failed", error_status=500)],
 }
 
@@ -285,6 +285,8 @@ def test_streams_are_the_events_sglang_sends(name):
     for event in ours:
         adapter.validate_python(event)
     assert ours[0]["message"]["id"] == "msg_s1"
+    # from the first event: 40 prompt tokens, 16 of them read from the prefix cache
+    assert ours[0]["message"]["usage"] == {"input_tokens": 24, "cache_read_input_tokens": 16, "output_tokens": 0}
     for event in ours + theirs:  # rule `stream`: the final usage differs on purpose (module docstring)
         if event["type"] == "message_delta":
             event["usage"] = {"output_tokens": event["usage"]["output_tokens"]}

@@ -104,6 +104,7 @@ def test_streaming_generate_maps_spec_stats_into_usage(make_config):
     assert chunks[-1].finish_reason == "length"
     assert (usage.completion_tokens, usage.prompt_tokens, usage.verify_steps, usage.accept_length) == (10, 15, 4, 2.5)
     assert (usage.accept_histogram, usage.cached_prompt_tokens) == ([1, 0, 3], 0)
+    assert (chunks[0].prompt_tokens, chunks[0].cached_prompt_tokens) == (15, 0)  # from SGLang's first event
     assert usage.path == "speculative"
     assert described["path"] == "speculative"
     assert set(described["model_files"].values()) and described["speculative_algorithm"] == "DSPINE"

@@ -76,6 +76,8 @@ def test_rule_num_tokens_from_cumulative_usage_and_reasoning_apart():
                           "usage": {"completion_tokens": 7, "prompt_tokens": 5}})
     assert [(c.reasoning, c.text, c.num_tokens) for c in first + second] == [
         ("plan ", "", 3), ("", "done", 4)]  # 3, then 7 - 3 = 4
+    # rule `prompt`: the first chunk names the prompt (no cache report: 0 cached), later ones do not
+    assert [(c.prompt_tokens, c.cached_prompt_tokens) for c in first + second] == [(5, 0), (None, None)]
     assert mapper.feed({"choices": [], "sglext": {"spec_tokens_details": {"spec_verify_ct": 2}}}) == []
     final = mapper.finish()
     assert (final.finish_reason, final.usage.verify_steps, final.usage.accept_length) == ("length", 2, 3.5)

@@ -511,11 +511,15 @@ class EmbeddedEngine:
 
 def _chunk(out: StepOutput, sequence: Sequence, texts) -> Chunk:
     """What a step sends its request: its text and tokens (their log-probabilities when asked, spelled by
-    `texts()`, a logprobs.TokenTexts), with the usage once it finishes; or its error."""
+    `texts()`, a logprobs.TokenTexts), the prompt's counts on the first, with the usage once it finishes; or its
+    error."""
     if out.error is not None:
         error = out.error
         return Chunk(finish_reason="error", error=str(error), error_status=error.status, error_param=error.param)
     chunk = Chunk(text=out.text, num_tokens=out.num_tokens, finish_reason=out.finish_reason)
+    if not sequence.sent_first:
+        chunk.prompt_tokens, chunk.cached_prompt_tokens = len(sequence.prompt_ids), sequence.cached_tokens
+        sequence.sent_first = True
     if out.logprobs is not None:
         chunk.logprobs = texts().wire(out.logprobs)
     if out.finish_reason is not None:

@@ -79,6 +79,7 @@ class Sequence:
     cache: object = None
     prefilled: int = 0
     cached_tokens: int = 0  # prompt tokens the prefix cache covered (not prefilled)
+    sent_first: bool = False  # the request's first chunk has gone (it carries the prompt's counts)
     last_token: int | None = None
     match_length: int = 0  # n of the n-gram the latest proposal matched (0: none)
     output_ids: list[int] = field(default_factory=list)

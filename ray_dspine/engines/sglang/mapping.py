@@ -35,6 +35,9 @@ Rules:
                  stats); a content chunk without usage counts 1. The final chunk carries the tokens no
                  content chunk carried (eos, text a stream parser held back or dropped, such as a tool
                  call's closing tags), so the chunks' num_tokens sum to usage.completion_tokens.
+  prompt         the first chunk yielded from an event with usage carries its prompt_tokens and
+                 prompt_tokens_details.cached_tokens (SGLang sends them on every event with continuous usage
+                 stats; cached tokens under --enable-cache-report).
   verify steps   spec_verify_ct when spec details arrive with spec_verify_ct > 0 (path "speculative");
                  otherwise completion_tokens (one token per target forward, path "autoregressive").
   accept length  completion_tokens / verify_steps (SGLang's own identity for spec_accept_length).
@@ -227,6 +230,7 @@ class StreamMapper:
         self.matched_stop: int | str | None = None
         self.error: Chunk | None = None
         self.yielded_tokens = 0
+        self.sent_prompt = False
 
     def feed(self, event: dict[str, Any]) -> list[Chunk]:
         if "error" in event and not event.get("choices"):
@@ -262,8 +266,12 @@ class StreamMapper:
         if not produced and num_tokens <= 0:
             return []
         self.yielded_tokens += max(0, num_tokens)
-        return [Chunk(text=text, reasoning=reasoning, tool_calls=tool_calls, num_tokens=max(0, num_tokens),
-                      logprobs=scored)]  # fmt: skip
+        chunk = Chunk(text=text, reasoning=reasoning, tool_calls=tool_calls, num_tokens=max(0, num_tokens),
+                      logprobs=scored)  # fmt: skip
+        if usage and not self.sent_prompt:  # rule `prompt`
+            chunk.prompt_tokens, chunk.cached_prompt_tokens = self.prompt_tokens, self.cached_tokens
+            self.sent_prompt = True
+        return [chunk]
 
     def finish(self) -> Chunk:
         """The last chunk: finish reason and usage (call after the stream ends with [DONE])."""

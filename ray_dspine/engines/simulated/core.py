@@ -465,7 +465,8 @@ class SimReplicaCore:
         rid = run.request.request_id
         self._counters.num_output_tokens += k
         if self._token_events or kind == "first_token":
-            self._pending.append(SimEvent(kind=kind, request_id=rid, time_s=t, num_tokens=k))
+            usage = run.usage() if kind == "first_token" else None  # the prompt's counts, for the first chunk
+            self._pending.append(SimEvent(kind=kind, request_id=rid, time_s=t, num_tokens=k, usage=usage))
         if run.num_remaining == 0:
             del self._decoding[rid]
             self._release(run)

@@ -167,7 +167,11 @@ class SimulatedEngine:
                     finished = True
                     yield Chunk(finish_reason=event.finish_reason, usage=event.usage)
                     return
-                yield Chunk(text=simulated_text(rid, index, event.num_tokens), num_tokens=event.num_tokens)
+                chunk = Chunk(text=simulated_text(rid, index, event.num_tokens), num_tokens=event.num_tokens)
+                if event.kind == "first_token" and event.usage is not None:
+                    chunk.prompt_tokens = event.usage.prompt_tokens
+                    chunk.cached_prompt_tokens = event.usage.cached_prompt_tokens
+                yield chunk
                 index += event.num_tokens
         finally:
             self._queues.pop(rid, None)

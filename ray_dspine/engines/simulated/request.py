@@ -43,7 +43,7 @@ class SimEvent:
     request_id: str
     time_s: float
     num_tokens: int = 0
-    usage: Usage | None = None
+    usage: Usage | None = None  # "finished": the request's; "first_token": so far (its prompt counts)
     finish_reason: FinishReason | None = None
 
 
