@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -22,20 +21,16 @@ from pathlib import Path
 import httpx
 import pytest
 
+from free_ports import free_port
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "s3-local"
 
 
-def _free_port() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return str(sock.getsockname()[1])
-
-
 # Fresh ports and a fresh scratch folder per run: nothing a crashed earlier gateway left behind
 # can be mistaken for this one.
-PORT = _free_port()
-MON_PORT = _free_port()
+PORT = str(free_port())
+MON_PORT = str(free_port())
 
 
 def _run(command: str, scratch: str) -> subprocess.CompletedProcess[str]:
@@ -82,7 +77,7 @@ def local_serve_app():
     from ray import serve
 
     def start(app, name: str) -> str:
-        port = _free_port()
+        port = str(free_port())
         ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # never join another cluster
         serve.start(http_options={"host": "127.0.0.1", "port": int(port)})
         serve.run(app, name=name, route_prefix="/", blocking=False)

@@ -2,7 +2,6 @@
 
 import asyncio
 import json
-import socket
 import sys
 import time
 from pathlib import Path
@@ -12,6 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dspine_fake_server import FakeDSpineServer  # noqa: E402
+from free_ports import free_port  # noqa: E402
 
 from ray_dspine.bench.client import ClientSettings, StreamingClient  # noqa: E402
 from ray_dspine.bench.records import read_records  # noqa: E402
@@ -234,14 +234,8 @@ def test_rule_plots_written_without_data(tmp_path):
     assert all(p.read_bytes()[:4] == b"\x89PNG" for p in paths)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_cli_unreachable_endpoint_exits_1(trace_file, tmp_path, capsys):
-    code = main(["replay", "--endpoint", f"http://127.0.0.1:{_free_port()}", "--trace", str(trace_file),
+    code = main(["replay", "--endpoint", f"http://127.0.0.1:{free_port()}", "--trace", str(trace_file),
                  "--out", str(tmp_path / "x"), "--no-progress"])
     err = capsys.readouterr().err
     assert code == 1 and "cannot reach" in err and "Traceback" not in err
@@ -250,7 +244,7 @@ def test_cli_unreachable_endpoint_exits_1(trace_file, tmp_path, capsys):
 def test_cli_out_that_cannot_be_a_folder_exits_2_before_any_request(trace_file, tmp_path, capsys):
     taken = tmp_path / "summary.txt"
     taken.write_text("a file already")
-    unreachable = f"http://127.0.0.1:{_free_port()}"  # refused only after the flags: exit 1 would mean it got that far
+    unreachable = f"http://127.0.0.1:{free_port()}"  # refused only after the flags: exit 1 would mean it got that far
     for out, says in ((taken, f"argument --out: {taken} is a file; name a folder for the run's files"),
                       (taken / "run", f"argument --out: cannot create {taken / 'run'} (Not a directory)")):
         with pytest.raises(SystemExit) as exc:

@@ -10,7 +10,6 @@ sends traffic (including one request the replica refuses), then polls every pane
 import json
 import math
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -22,18 +21,13 @@ import pytest
 import yaml
 
 from dashboard_queries import PROMETHEUS_CONFIG, load_dashboard, panel_queries
+from free_ports import free_port
 from prometheus_package import prometheus_tool
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.serve]
 
 HERE = Path(__file__).resolve().parent
 POLL_DEADLINE_S = 90.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def stop(process: subprocess.Popen, grace_s: float = 30.0) -> None:

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import random
 import signal
-import socket
 import stat
 import subprocess
 import time
@@ -24,6 +22,8 @@ import httpx
 import psutil
 import pytest
 import yaml
+
+from free_ports import free_port
 
 from ray_dspine import local_cluster
 
@@ -38,19 +38,6 @@ PROBES = [
     "/ray.rpc.CoreWorkerService/GetCoreWorkerStats",
     "/ray.serve.ASGIService/HandleRequest",  # a Serve replica's inter-deployment server, bound to [::] by Ray
 ]
-
-
-def free_port() -> int:
-    """A free port between Ray's worker ports (10002-19999) and the kernel's ephemeral range (32768 up, where the
-    ports the stack's own processes bind come from), so that none of them takes it before the stack binds it."""
-    for port in random.sample(range(20000, 32768), 100):
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port between 20000 and 32767")
 
 
 def is_loopback(ip: str) -> bool:

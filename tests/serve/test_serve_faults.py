@@ -12,13 +12,14 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import threading
 import time
 from pathlib import Path
 
 import httpx
 import pytest
+
+from free_ports import free_port
 
 from ray_dspine.config import AppConfig
 
@@ -32,12 +33,6 @@ PROMPT_CANARY = "PROMPTCANARY52be0c"
 MODEL = "sim"
 END_WITHIN_S = 5.0  # a stream on the killed replica must end within this long of the kill
 HEADERS = {"authorization": f"Bearer {KEY_CANARY}"}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def app_config() -> AppConfig:

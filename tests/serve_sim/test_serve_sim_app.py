@@ -7,7 +7,6 @@ behind the headroom router plus 1 DFlash2 replica), so it never meets another te
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -17,6 +16,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+from free_ports import free_port
 
 from ray_dspine.config_io import load_app_configs
 from ray_dspine.engines.simulated.profile import load_profile
@@ -31,12 +32,6 @@ MODEL = "qwen3.8-27b"
 READY_TIMEOUT_S = 80.0
 BLOCK_CHARS = 2048  # the ingress's prefix block
 TIME_SCALE = 0.02  # serve_sim_app.py's
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
