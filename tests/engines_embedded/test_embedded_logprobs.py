@@ -146,7 +146,8 @@ def test_the_engine_sends_one_entry_per_completion_token(loaded):
     request = _request("Rename add to plus and return the whole code:\n" + CODE, max_tokens=40, top_logprobs=2)
     chunks, found = _decode(loaded, request, speculative=True)
     usage = chunks[-1].usage
-    assert len(found) == usage.completion_tokens and usage.accept_length > 1.5
+    assert len(found) == usage.completion_tokens
+    assert max(chunk.num_tokens for chunk in chunks) > 1  # a verify step kept a draft: a chunk of several tokens
     for chunk in chunks:  # each chunk scores the tokens it carries
         assert len(chunk.logprobs or []) == chunk.num_tokens
     text = "".join(chunk.text for chunk in chunks)
