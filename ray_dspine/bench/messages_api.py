@@ -13,8 +13,10 @@ Rules:
            content_block_start names a call and its input_json_delta events are its arguments; message_delta
            carries the stop reason and the usage; message_stop ends the answer; an `error` event fails it.
   usage    in the chat replay's terms: prompt tokens = input_tokens + cache_read_input_tokens, cached =
-           cache_read_input_tokens, completion tokens = output_tokens; the stop reason as a finish reason:
-           end_turn and stop_sequence -> stop, max_tokens -> length, tool_use -> tool_calls.
+           cache_read_input_tokens, completion tokens = output_tokens, and the speculation fields the ingress
+           adds after Anthropic's (verify_steps, accept_length, accept_histogram, path) as they are; the stop
+           reason as a finish reason: end_turn and stop_sequence -> stop, max_tokens -> length, tool_use ->
+           tool_calls.
 Complexity: O(size of the request) per body, O(1) per event.
 """
 
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..serve.anthropic import tool_input
+from ..serve.anthropic import SPECULATION, tool_input
 from .traces.model import TraceMessage
 
 FINISH = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length", "tool_use": "tool_calls"}
@@ -95,7 +97,8 @@ class MessagesEvents:
             usage = event.get("usage") or {}
             cached = int(usage.get("cache_read_input_tokens") or 0)
             self.usage = {"prompt_tokens": int(usage.get("input_tokens") or 0) + cached,
-                          "completion_tokens": int(usage.get("output_tokens") or 0), "cached_prompt_tokens": cached}
+                          "completion_tokens": int(usage.get("output_tokens") or 0), "cached_prompt_tokens": cached,
+                          **{key: usage[key] for key in SPECULATION if key in usage}}
         elif kind == "message_stop":
             self.done = True
         return None, None, None

@@ -40,7 +40,9 @@ Rules:
             tool_calls -> tool_use, stop -> end_turn, except that a stop ended by one of the request's
             stop_sequences is stop_reason "stop_sequence" with that `stop_sequence`, as Anthropic's API
             answers (SGLang says end_turn). usage: input_tokens = prompt tokens not read from the prefix cache,
-            cache_read_input_tokens = those read from it (when any), output_tokens.
+            cache_read_input_tokens = those read from it (when any), output_tokens; then ours, as the chat
+            usage carries them once a request ends: verify_steps, accept_length, accept_histogram and path (the
+            speculation each answer got; clients read Anthropic's fields and leave the rest).
   stream    events as SGLang sends them: message_start with the first chat event (its usage: input_tokens and
             cache_read_input_tokens as in rule `response`, output_tokens 0), then per block
             content_block_start, its deltas (text_delta, thinking_delta, input_json_delta) and
@@ -73,6 +75,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from .openai_schema import STRICT, TextPart, TokenCount
 
 PATH = "/v1/messages"  # and what lies under it
+SPECULATION = ("verify_steps", "accept_length", "accept_histogram", "path")  # ours, after Anthropic's usage
 ERROR_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
@@ -362,6 +365,7 @@ def _usage(usage: dict | None) -> dict:
     if cached:
         out["cache_read_input_tokens"] = cached
     out["output_tokens"] = int(usage.get("completion_tokens") or 0)
+    out.update({key: usage[key] for key in SPECULATION if key in usage})
     return out
 
 

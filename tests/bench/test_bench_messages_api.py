@@ -14,7 +14,7 @@ from asgi_app import MODEL, FakeReplica, ingress_app  # noqa: E402
 from ray_dspine.bench.client import ClientSettings, StreamingClient  # noqa: E402
 from ray_dspine.bench.messages_api import body_parts  # noqa: E402
 from ray_dspine.bench.traces.model import TraceMessage, TraceRequest  # noqa: E402
-from ray_dspine.engines.protocol import Chunk  # noqa: E402
+from ray_dspine.engines.protocol import Chunk, Usage  # noqa: E402
 from ray_dspine.serve import anthropic  # noqa: E402
 
 CALL = {"id": "c1", "type": "function", "function": {"name": "get_user", "arguments": '{"user_id":"u7"}'}}
@@ -91,6 +91,22 @@ def test_rule_events_a_messages_replay_records_what_a_chat_replay_records(monkey
         assert getattr(messages, field) == getattr(chat, field), field
     assert (messages.finish_reason, messages.prompt_tokens, messages.output_tokens) == ("length", 4, 3)
     assert len(messages.chunk_offsets_s) == 3 and messages.ttft_s is not None
+
+
+def test_rule_usage_a_messages_replay_records_the_speculation_a_chat_replay_records(monkeypatch):
+    class Drafted(FakeReplica):  # 3 tokens in 2 verify steps: one kept a draft token
+        async def generate(self, request, prompt_token_ids=None):
+            yield Chunk(text="a b", num_tokens=2, prompt_tokens=4, cached_prompt_tokens=0)
+            yield Chunk(text=" c", num_tokens=1)
+            yield Chunk(finish_reason="length", usage=Usage(
+                prompt_tokens=4, completion_tokens=3, total_tokens=7, verify_steps=2, accept_length=1.5,
+                accept_histogram=[1, 1], path="speculative"))  # fmt: skip
+
+    app, _core = ingress_app(monkeypatch, replicas={"spec": Drafted("spec"), "ar": Drafted("ar")})
+    chat, messages = send(app, "chat", trace_request()), send(app, "messages", trace_request())
+    for record in (chat, messages):
+        assert (record.verify_steps, record.accept_length, record.accept_histogram) == (2, 1.5, [1, 1])
+        assert (record.prompt_tokens, record.output_tokens, record.path) == (4, 3, "speculative")
 
 
 def test_rule_events_a_call_and_an_error(monkeypatch):

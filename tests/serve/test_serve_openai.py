@@ -207,6 +207,11 @@ def test_tool_use_with_the_anthropic_client_streamed_or_not(serve_url):
     assert first.input_tokens + (first.cache_read_input_tokens or 0) == \
         second.input_tokens + (second.cache_read_input_tokens or 0)  # fmt: skip
     assert second.cache_read_input_tokens and second.output_tokens == first.output_tokens
+    (delta,) = [event for event in events if event.type == "message_delta"]
+    for usage in (first, delta.usage):  # the speculation each answer got, after Anthropic's fields
+        extra = usage.model_extra
+        assert extra["path"] == "speculative" and extra["verify_steps"] >= 1
+        assert sum((k + 1) * n for k, n in enumerate(extra["accept_histogram"])) == usage.output_tokens
     start = events[0].message.usage  # the prompt is counted from the first event, as at the end
     assert (start.input_tokens, start.cache_read_input_tokens) == (second.input_tokens, second.cache_read_input_tokens)
     # counting the same request gives the prompt tokens generation prefilled

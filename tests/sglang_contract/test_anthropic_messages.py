@@ -15,6 +15,8 @@ Where we differ on purpose, each side is checked for what anthropic.py says inst
                    sequence, as Anthropic's API answers; SGLang says end_turn.
   message_delta    ours carries the whole usage (input, cached, output tokens) at the end; SGLang's carries the
                    output tokens only.
+  speculation      ours adds verify_steps, accept_length, accept_histogram and path after Anthropic's usage
+                   fields, as the chat usage carries them; SGLang's has none (its usage class ignores them).
   event order      a chat event holding both text and a call (stream batching can merge them) opens the text
                    block first, as the model wrote it; SGLang opens the call first. No stream here holds such an
                    event; tests/serve_unit/test_anthropic_api.py checks ours.
@@ -224,7 +226,8 @@ def chat_events(chunks: list[Chunk]) -> list[str]:
     return asyncio.run(run())
 
 
-USAGE = Usage(prompt_tokens=40, completion_tokens=6, total_tokens=46, cached_prompt_tokens=16)
+USAGE = Usage(prompt_tokens=40, completion_tokens=6, total_tokens=46, cached_prompt_tokens=16, verify_steps=4,
+              accept_length=1.5, accept_histogram=[3, 0, 1], path="speculative")  # 3 steps of 1 token, 1 of 3
 PROMPT = {"prompt_tokens": 40, "cached_prompt_tokens": 16}  # on a pool's first chunk
 TOOL_START = {"index": 0, "id": "call_9", "type": "function", "function": {"name": "get_weather", "arguments": ""}}
 STREAMS = {
@@ -297,5 +300,6 @@ def test_the_end_of_a_stream_carries_the_whole_usage():
     translator = anthropic.MessageStream(MODEL)
     frames = [frame for event in chat_events(STREAMS["text"]) for frame in translator.feed(event)]
     delta = next(event for event in _events(frames) if event["type"] == "message_delta")
-    # 40 prompt tokens, 16 of them read from the prefix cache; 3 completion tokens sent, 6 counted
-    assert delta["usage"] == {"input_tokens": 24, "cache_read_input_tokens": 16, "output_tokens": 6}
+    # 40 prompt tokens, 16 of them read from the prefix cache; 3 completion tokens sent, 6 counted; then ours
+    assert delta["usage"] == {"input_tokens": 24, "cache_read_input_tokens": 16, "output_tokens": 6, "verify_steps": 4,
+                              "accept_length": 1.5, "accept_histogram": [3, 0, 1], "path": "speculative"}
