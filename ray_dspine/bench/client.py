@@ -1,5 +1,5 @@
-"""Streaming OpenAI-compatible client that times every request of a replay (Anthropic's Messages API too:
-messages_api.py reads its events into the same record).
+"""Streaming OpenAI-compatible client that times every request of a replay (Anthropic's Messages API and OpenAI's
+Responses API too: messages_api.py and responses_api.py read their events into the same record).
 
 Measurement rule: t0 = clock() just before the POST; each SSE `data:` event whose first choice carries
 text (`delta.content`, `delta.reasoning_content`, `delta.tool_calls`, or `text` on /v1/completions)
@@ -28,6 +28,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from ..serve.server_timing import HEADER as SERVER_TIMING, parse_server_timing
+from . import responses_api
 from .endpoint import auth_headers, error_message
 from .messages_api import MessagesEvents, body_parts
 from .records import ErrorKind, RequestRecord
@@ -40,8 +41,9 @@ class ClientSettings(BaseModel):
 
     endpoint: str = Field(description="Base URL, e.g. http://127.0.0.1:8000.")
     model: str = Field(description="Model name sent in every request.")
-    api: Literal["chat", "completions", "messages"] = Field(
-        default="chat", description="Which route to call: OpenAI's chat or completions, or Anthropic's messages."
+    api: Literal["chat", "completions", "messages", "responses"] = Field(
+        default="chat",
+        description="Which route to call: OpenAI's chat, completions or responses, or Anthropic's messages.",
     )
     pool: str | None = Field(default=None, description="Force this pool (x-dspine-pool request header).")
     api_key: str | None = Field(default=None, description="Bearer token; None sends no Authorization header.")
@@ -76,16 +78,24 @@ def build_body(request: TraceRequest, settings: ClientSettings) -> dict[str, Jso
         body["messages"] = [m.model_dump(exclude_none=True) for m in request.messages]
     else:
         body["messages"] = [{"role": "user", "content": text}]
-    if request.tools and settings.api == "chat":
+    if request.tools and settings.api != "completions":
         body["tools"] = request.tools
+    if settings.api == "responses":  # responses_api.py rule `body`
+        return responses_api.body(body)
     return body
 
 
-class _Stream:
-    """What one response stream has shown so far (an Anthropic one read by messages_api.py's rule `events`)."""
+ROUTES = {"completions": "/v1/completions", "messages": "/v1/messages", "responses": "/v1/responses"}
+READERS = {"messages": MessagesEvents, "responses": responses_api.ResponsesEvents}  # another API's events
+ENDS = {"messages": "message_stop", "responses": responses_api.END}  # what a stream that stopped early lacks
 
-    def __init__(self, messages_api: bool = False) -> None:
-        self.messages = MessagesEvents() if messages_api else None
+
+class _Stream:
+    """What one response stream has shown so far (an Anthropic one read by messages_api.py's rule `events`, an
+    OpenAI Responses one by responses_api.py's)."""
+
+    def __init__(self, api: str = "chat") -> None:
+        self.events = READERS[api]() if api in READERS else None
         self.offsets: list[float] = []
         self.tokens: list[int] = []
         self.cumulative = 0
@@ -105,8 +115,8 @@ class _Stream:
             return "bad_response", f"unparseable SSE data: {data[:120]!r}"
         if not isinstance(event, dict):
             return "bad_response", f"unexpected SSE data: {data[:120]!r}"
-        if self.messages is not None:
-            return self._feed_message_event(event, offset_s)
+        if self.events is not None:
+            return self._feed_api_event(event, offset_s)
         if event.get("error"):
             err = event["error"]
             return "stream_error", str(err.get("message", err) if isinstance(err, dict) else err)
@@ -142,12 +152,12 @@ class _Stream:
             self.tokens.append(count)
             self.text.append(piece)
 
-    def _feed_message_event(self, event: dict, offset_s: float) -> tuple[ErrorKind, str] | None:
-        piece, call, error = self.messages.feed(event)
+    def _feed_api_event(self, event: dict, offset_s: float) -> tuple[ErrorKind, str] | None:
+        piece, call, error = self.events.feed(event)
         if error is not None:
             return "stream_error", error
         self._content(piece or "", [call] if call else [], offset_s, None)
-        self.usage, self.finish_reason, self.done = self.messages.usage, self.messages.finish_reason, self.messages.done
+        self.usage, self.finish_reason, self.done = self.events.usage, self.events.finish_reason, self.events.done
         return None
 
     def complete_calls(self) -> list[str]:
@@ -198,13 +208,13 @@ class StreamingClient:
         """Send one request (to `pool` when given: a copy of its conversation of its own, session id
         `<session>@<pool>`); the record goes to `deliver` too, even when the task is cancelled."""
         settings = self.settings
-        route = {"completions": "/v1/completions", "messages": "/v1/messages"}.get(settings.api, "/v1/chat/completions")
+        route = ROUTES.get(settings.api, "/v1/chat/completions")
         url = settings.endpoint.rstrip("/") + route
         body = build_body(request, settings)
         session_id = request.session_id if repetition == 0 else f"{request.session_id}-r{repetition}"
         if pool:
             session_id = f"{session_id}@{pool}"
-        stream = _Stream(messages_api=settings.api == "messages")
+        stream = _Stream(settings.api)
         status: int | None = None
         headers: httpx.Headers = httpx.Headers()
         failure: tuple[ErrorKind, str] | None = None
@@ -225,7 +235,7 @@ class StreamingClient:
                                 if failure or stream.done:
                                     break
                         if failure is None and not stream.done:
-                            end = "message_stop" if stream.messages is not None else "data: [DONE]"
+                            end = ENDS.get(settings.api, "data: [DONE]")
                             failure = ("incomplete_stream", f"stream ended without {end}")
         except TimeoutError:
             failure = ("timeout", f"no complete answer within {settings.timeout_s:g} s")

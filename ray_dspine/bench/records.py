@@ -48,7 +48,7 @@ class RequestRecord(BaseModel):
     turn_index: int = Field(ge=0)
     workload_class: str = Field(description="agent, chat or code.")
     repetition: int = Field(ge=0, description="Repetition of the whole trace, from 0.")
-    api: Literal["chat", "completions", "messages"]
+    api: Literal["chat", "completions", "messages", "responses"]
     arm: str = Field(default="", description="x-dspine-arm response header.")
     pool: str = Field(default="", description="x-dspine-pool response header.")
     replica: str = Field(default="", description="x-dspine-replica response header.")

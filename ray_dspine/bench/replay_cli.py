@@ -101,8 +101,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="replay every conversation on each of these pools at the same time, each with its own "
                        "--concurrency, and compare them turn by turn (paired ratios)")
     parser.add_argument("--model", metavar="NAME", help="model name (default: first of /v1/models)")
-    parser.add_argument("--api", choices=("chat", "completions", "messages"), default="chat",
-                        help="route: OpenAI's chat or completions, or Anthropic's messages (default %(default)s)")
+    parser.add_argument("--api", choices=("chat", "completions", "messages", "responses"), default="chat",
+                        help="route: OpenAI's chat, completions or responses, or Anthropic's messages "
+                        "(default %(default)s)")
     parser.add_argument("--tool-calls", choices=("native", "flatten"), default="native",
                         help="send tool calls as OpenAI messages or flatten them to text (default %(default)s)")
     parser.add_argument("--tools", choices=("none", "from-trace"), default="none",
@@ -131,7 +132,7 @@ def options_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser)
     if not args.arrivals and args.max_in_flight is not None:
         parser.error("argument --max-in-flight: only valid with --arrivals")
     if args.tools != "none" and args.api == "completions":
-        parser.error("argument --tools: tools are a chat field; use --api chat or messages")
+        parser.error("argument --tools: tools are a chat field; use --api chat, messages or responses")
     try:
         return ReplayOptions(
             endpoint=args.endpoint, trace=args.trace, out_dir=args.out, traces_dir=args.traces_dir,
@@ -213,7 +214,7 @@ def run_from_args(
     except (ValueError, OSError) as exc:
         parser.error(f"argument --trace: cannot read {options.trace}: {exc}")
     if options.api == "completions" and any(r.messages is not None for r in trace.requests):
-        parser.error("argument --api: this trace holds chat messages; use --api chat")
+        parser.error("argument --api: this trace holds chat messages; use --api chat, messages or responses")
     if not trace.requests:
         parser.error("argument --trace: the trace (after limits) has no requests")
     if options.out_dir.exists() and not options.out_dir.is_dir():

@@ -72,7 +72,7 @@ class ReplayOptions(BaseModel):
         description="Replay every conversation on each of these pools (two or more), at the same time.",
     )
     model: str | None = Field(default=None, description="Model name; default: first id of /v1/models.")
-    api: Literal["chat", "completions", "messages"] = "chat"
+    api: Literal["chat", "completions", "messages", "responses"] = "chat"
     tool_calls: ToolCallMode = "native"
     tools: ToolsMode = Field(default="none", description="Which tools the requests carry (traces/tools.py).")
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)

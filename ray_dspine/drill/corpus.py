@@ -1,5 +1,5 @@
-"""A corpus of bad and odd requests for the OpenAI-compatible API and Anthropic's Messages API over it, each with
-the status it must get.
+"""A corpus of bad and odd requests for the OpenAI-compatible API, and Anthropic's Messages API and OpenAI's Responses
+API over it, each with the status it must get.
 
 Rules (what each generator emits; `model` is the served model name, `limit` the body-size limit in bytes):
   wrong types   each known field x each JSON type its OpenAI type excludes (no coercion: "4", true, 4.5
@@ -31,6 +31,14 @@ Rules (what each generator emits; `model` is the served model name, `limit` the 
                 cache_control, a server tool beside a custom one, thinking off, metadata and the client's newer
                 fields -> 200. /v1/messages/count_tokens: no messages -> 400, an unknown model -> 404, a request
                 without max_tokens -> 200.
+  responses API /v1/responses (serve/openai_responses.py): no input or input of the wrong type, max_output_tokens
+                0, an item type or role the API does not have, a message without content, a media part, a
+                function_call without its call_id, what needs a stored response (item_reference,
+                previous_response_id, background), truncation "auto", a custom tool, a function tool without a
+                name, a tool_choice naming no tool, an unknown reasoning effort, a json_schema format without its
+                schema, sampling out of range -> 400 naming the field; an unknown model -> 404; GET of a stored
+                response -> 404; GET -> 405; a tool round trip, a hosted tool beside a function, reasoning off and
+                the client's newer fields -> 200.
 Every case is a `Case`: method, path, body bytes, headers, expected status and (for 400s) expected param.
 """
 
@@ -43,6 +51,7 @@ CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
 MESSAGES = "/v1/messages"
 COUNT = "/v1/messages/count_tokens"
+RESPONSES = "/v1/responses"
 JSON = {"content-type": "application/json"}
 
 # The wrong values of each OpenAI type (a JSON value of another type, or a string spelling of the right one).
@@ -307,7 +316,7 @@ def methods_and_routes() -> list[Case]:
         for method in ("POST", "PUT", "DELETE"):
             cases.append(Case(f"{method} {path}", method, path, b"{}", 405, None, {}))
     for path in ("/", "/v1", "/v1/chat", "/v1/embeddings", "/v1/chat/completions/x", "/v2/completions",
-                 "/v1/responses", "/admin", "/%2e%2e/etc/passwd", "/v1/completion"):
+                 "/v1/assistants", "/admin", "/%2e%2e/etc/passwd", "/v1/completion"):
         cases.append(Case(f"unknown route {path}", "POST", path, b"{}", 404, None, dict(JSON)))
     return cases
 
@@ -400,7 +409,61 @@ def messages_api(model: str) -> list[Case]:
     return cases + [_post(f"messages: {name}", MESSAGES, body, 200) for name, body in good]
 
 
+def responses_api(model: str) -> list[Case]:
+    base_body = {"model": model, "max_output_tokens": 4, "input": "hi"}
+    weather = {"type": "function", "name": "get_weather",
+               "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}  # fmt: skip
+
+    def with_(**fields):
+        return {**base_body, **fields}
+
+    def items(*given):
+        return with_(input=list(given))
+
+    bad = [
+        ("no input", {"model": model}, "input"),
+        ("input a number", with_(input=5), "input"),
+        ("max_output_tokens 0", with_(max_output_tokens=0), "max_output_tokens"),
+        ("max_output_tokens a string", with_(max_output_tokens="4"), "max_output_tokens"),
+        ("unknown item type", items({"type": "web_search_call", "id": "ws_1"}), "input[0].type"),
+        ("unknown role", items({"role": "root", "content": "x"}), "input[0].role"),
+        ("message without content", items({"role": "user"}), "input[0].content"),
+        ("image part", items({"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}),
+         "input[0].content[0].type"),
+        ("function_call without call_id", items({"type": "function_call", "name": "f", "arguments": "{}"}),
+         "input[0].call_id"),
+        ("item_reference", items({"type": "item_reference", "id": "msg_1"}), "input[0].type"),
+        ("previous_response_id", with_(previous_response_id="resp_1"), "previous_response_id"),
+        ("background", with_(background=True), "background"),
+        ("truncation auto", with_(truncation="auto"), "truncation"),
+        ("custom tool", with_(tools=[{"type": "custom", "name": "apply_patch"}]), "tools[0].type"),
+        ("function tool without a name", with_(tools=[{"type": "function", "parameters": {}}]), "tools[0]"),
+        ("tool_choice names no tool", with_(tools=[weather], tool_choice={"type": "function", "name": "rm"}),
+         "tool_choice"),
+        ("reasoning effort unknown", with_(reasoning={"effort": "extreme"}), "reasoning.effort"),
+        ("json_schema without schema", with_(text={"format": {"type": "json_schema", "name": "x"}}), "text.format"),
+        ("temperature 3", with_(temperature=3), "temperature"),
+    ]  # fmt: skip
+    good = [
+        ("plain", base_body),
+        ("a tool round trip", with_(tools=[weather], input=[
+            {"role": "user", "content": "Weather in Oslo?"},
+            {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": '{"city": "Oslo"}'},
+            {"type": "function_call_output", "call_id": "c1", "output": "Snow"}])),
+        ("a hosted tool beside a function", with_(tools=[weather, {"type": "web_search"}])),
+        ("reasoning off", with_(reasoning={"effort": "none"})),
+        ("the client's newer fields", with_(store=False, include=["reasoning.encrypted_content"],
+                                            prompt_cache_key="conv-1", service_tier="auto", safety_identifier="u",
+                                            text={"verbosity": "low"})),
+    ]  # fmt: skip
+    cases = [_post(f"responses: {name}", RESPONSES, body, 400, param) for name, body, param in bad]
+    cases.append(_post("responses: unknown model", RESPONSES, with_(model=model + "-x"), 404))
+    cases.append(Case("responses: GET a stored response", "GET", RESPONSES + "/resp_1", b"", 404, None, {}))
+    cases.append(Case("responses: GET", "GET", RESPONSES, b"", 405, None, {}))
+    return cases + [_post(f"responses: {name}", RESPONSES, body, 200) for name, body in good]
+
+
 def corpus(model: str, limit: int) -> list[Case]:
     return (wrong_types(model) + ranges(model) + messages(model) + surrogates(model) + depth(model)
             + bad_json(model) + size(model, limit) + media_types(model) + methods_and_routes() + odd_but_valid(model)
-            + messages_api(model))
+            + messages_api(model) + responses_api(model))

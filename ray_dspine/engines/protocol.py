@@ -111,6 +111,8 @@ class Usage(BaseModel):
     )
     path: DecodePath = "autoregressive"
     cached_prompt_tokens: int = Field(default=0, description="Prompt tokens served from the prefix cache.")
+    reasoning_tokens: int = Field(default=0, description="Completion tokens of the reasoning (SGLang's count on sglang "
+                                  "pools; the embedded and simulated engines produce no reasoning).")  # fmt: skip
 
 
 class TopLogprob(BaseModel):

@@ -46,6 +46,14 @@ class Ingress:
     async def count_message_tokens(self, request: Request):
         return await self.core.count_message_tokens(request)
 
+    @fastapi_app.post("/v1/responses")
+    async def responses(self, request: Request):
+        return await self.core.serve_responses(request)
+
+    @fastapi_app.get("/v1/responses/{response_id}")
+    async def response(self, response_id: str):
+        return await self.core.retrieve_response(response_id)
+
     @fastapi_app.post("/v1/completions")
     async def completions(self, request: Request):
         return await self.core.serve(request, chat=False)

@@ -1,7 +1,8 @@
 """The OpenAI-compatible ingress: validate, apply the traffic policy, call a pool, stream back.
 
-Anthropic's Messages API (`/v1/messages`) takes the same path: its body becomes a chat body first, and the
-chat answer, stream or error becomes Anthropic's (anthropic.py).
+Anthropic's Messages API (`/v1/messages`) and OpenAI's Responses API (`/v1/responses`) take the same path: the
+body becomes a chat body first, and the chat answer, stream or error becomes that API's (anthropic.py,
+openai_responses.py).
 
 Per request: authenticate; parse and validate the body (400 naming the field); pick the reasoning
 level, the session, then (pool, arm) by the traffic policy; fingerprint the prompt's prefix; call
@@ -42,7 +43,7 @@ from ..config import AppConfig
 from ..engines.protocol import ChatMessage, Chunk, GenerateRequest
 from ..routing.fingerprint import conversation_text, prefix_hashes
 from ..routing.traffic import assign, reasoning_level_of, session_key
-from . import anthropic, responses
+from . import anthropic, openai_responses, responses
 from .access import REFUSAL, ApiKeyGate, key_matches
 from .admission import DEADLINE_HEADER, Admission, Ticket, parse_deadline_ms
 from .body import parse_body
@@ -293,7 +294,7 @@ class IngressCore:
         stops: list[str] = []
 
         def to_chat(body: dict) -> dict:
-            translated = _messages_chat_body(body)
+            translated = _chat_body_of(anthropic.chat_body, body)
             stops.extend(translated.get("stop") or [])
             return translated
 
@@ -302,9 +303,44 @@ class IngressCore:
             return response  # already Anthropic's shape: errors.py shapes an error by the request's path
         headers = {k: v for k, v in response.headers.items() if k.lower() not in ("content-length", "content-type")}
         if isinstance(response, StreamingResponse):
-            events = _message_events(response.body_iterator, self.server.served_model_name, stops)
+            translator = anthropic.MessageStream(self.server.served_model_name, stops)
+            events = _translated(response.body_iterator, translator)
             return StreamingResponse(events, media_type="text/event-stream", headers=headers)
         return JSONResponse(anthropic.message(json.loads(response.body), stops), headers=headers)
+
+    async def serve_responses(self, request: Request) -> Response:
+        """POST /v1/responses: OpenAI's Responses API over the chat path (openai_responses.py); both kinds take the
+        chat stream, and a request that did not ask to stream gets the final response."""
+        asked: dict = {}
+
+        def to_chat(body: dict) -> dict:
+            translated = _chat_body_of(openai_responses.chat_body, body)
+            asked.update(body)
+            return translated
+
+        response = await self.serve(request, chat=True, to_chat=to_chat)
+        if response.status_code >= 400:
+            return response
+        headers = {k: v for k, v in response.headers.items() if k.lower() not in ("content-length", "content-type")}
+        reasoning = asked.get("reasoning")
+        summary = isinstance(reasoning, dict) and reasoning.get("summary") is not None
+        translator = openai_responses.ResponseStream(openai_responses.echo(asked), summary=summary)
+        events = _translated(response.body_iterator, translator)
+        if asked.get("stream") is True:
+            return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+        async for _ in events:
+            pass
+        if translator.error is not None:
+            failure = ApiError(openai_responses.status_of(translator.error), translator.error.get("message") or "",
+                               param=translator.error.get("param"), code=translator.error.get("code"))  # fmt: skip
+            return error_response(failure, self.server.retry_after_s)
+        return JSONResponse(translator.response(), headers=headers)
+
+    async def retrieve_response(self, response_id: str) -> Response:
+        """GET /v1/responses/{id}: nothing is stored here (openai_responses.py rule `refused`)."""
+        missing = ApiError(404, f"No response with id {response_id!r}: {openai_responses.NOTHING_STORED}",
+                           param="response_id", code="not_found")  # fmt: skip
+        return error_response(missing)
 
     async def count_message_tokens(self, request: Request) -> Response:
         """POST /v1/messages/count_tokens (anthropic.py rule `count`): routed as the request would be, counted by
@@ -312,7 +348,7 @@ class IngressCore:
         try:
             self.authenticate(request)
             body = {**await self.read_json(request), "max_tokens": 1}  # counting needs no max_tokens
-            typed, _ = self.build_request(_messages_chat_body(body), request, chat=True)
+            typed, _ = self.build_request(_chat_body_of(anthropic.chat_body, body), request, chat=True)
         except ApiError as exc:
             return error_response(exc, self.server.retry_after_s, path=anthropic.PATH)
         try:
@@ -460,20 +496,20 @@ def make_fastapi() -> FastAPI:
     return app
 
 
-def _messages_chat_body(body: dict) -> dict:
-    """The chat body of a Messages request (anthropic.chat_body), its refusals as 400s naming the field."""
+def _chat_body_of(translate, body: dict) -> dict:
+    """The chat body `translate` (anthropic.chat_body, openai_responses.chat_body) makes of another API's request
+    body, its refusals as 400s naming the field."""
     try:
-        return anthropic.chat_body(body)
+        return translate(body)
     except ValidationError as exc:
         raise from_validation_error(exc, body) from exc
-    except anthropic.Refused as exc:
+    except (anthropic.Refused, openai_responses.Refused) as exc:
         raise ApiError(400, str(exc), param=exc.param, code="invalid_value") from exc
 
 
-async def _message_events(chat_events, model: str, stops: list[str]):
-    """The Messages API's events for a chat stream's (anthropic.py rule `stream`); closing this closes the chat
-    stream, which stops the replica's work."""
-    translator = anthropic.MessageStream(model, stops)
+async def _translated(chat_events, translator):
+    """A translator's events for a chat stream's (anthropic.MessageStream, openai_responses.ResponseStream);
+    closing this closes the chat stream, which stops the replica's work."""
     try:
         async for event in chat_events:
             for out in translator.feed(event):

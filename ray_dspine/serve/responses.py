@@ -129,10 +129,15 @@ def timeout_message(request: GenerateRequest) -> str:
 
 
 def usage_dict(usage: Usage | None) -> dict | None:
-    """The usage block: OpenAI's fields (cached prompt tokens under prompt_tokens_details), then ours."""
+    """The usage block: OpenAI's fields (cached prompt tokens under prompt_tokens_details; reasoning tokens under
+    completion_tokens_details when there are some, as SGLang sets it), then ours."""
     if usage is None:
         return None
-    return {**usage.model_dump(), "prompt_tokens_details": {"cached_tokens": usage.cached_prompt_tokens}}
+    out = {**usage.model_dump(exclude={"reasoning_tokens"}),
+           "prompt_tokens_details": {"cached_tokens": usage.cached_prompt_tokens}}  # fmt: skip
+    if usage.reasoning_tokens:
+        out["completion_tokens_details"] = {"reasoning_tokens": usage.reasoning_tokens}
+    return out
 
 
 def running_usage(prompt: tuple[int, int] | None, completion_tokens: int) -> dict:

@@ -1,12 +1,14 @@
 """`bench replay --api messages` (ray_dspine/bench/messages_api.py): the body and events rules by hand, then the
 client against the ingress's real FastAPI app over ASGI (tests/serve_unit/asgi_app.py: each pool answers with the
-words of the last message), where a Messages replay records what a chat replay records."""
+words of the last message), where a Messages replay, and a Responses replay (responses_api.py), records what a chat
+replay records."""
 
 import asyncio
 import sys
 from pathlib import Path
 
 import httpx
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "serve_unit"))
 from asgi_app import MODEL, FakeReplica, ingress_app  # noqa: E402
@@ -82,10 +84,14 @@ def send(app, api: str, request: TraceRequest):
     return asyncio.run(go())
 
 
-def test_rule_events_a_messages_replay_records_what_a_chat_replay_records(monkeypatch):
+OTHER_APIS = pytest.mark.parametrize("api", ["messages", "responses"])
+
+
+@OTHER_APIS
+def test_rule_events_a_replay_records_what_a_chat_replay_records(monkeypatch, api):
     app, _core = ingress_app(monkeypatch)
-    chat, messages = send(app, "chat", trace_request()), send(app, "messages", trace_request())
-    assert messages.error_kind is None and messages.api == "messages"
+    chat, messages = send(app, "chat", trace_request()), send(app, api, trace_request())
+    assert messages.error_kind is None and messages.api == api
     assert messages.output_text == chat.output_text == "the one to "
     for field in ("finish_reason", "prompt_tokens", "output_tokens", "num_tools", "pool", "answer_calls"):
         assert getattr(messages, field) == getattr(chat, field), field
@@ -93,7 +99,8 @@ def test_rule_events_a_messages_replay_records_what_a_chat_replay_records(monkey
     assert len(messages.chunk_offsets_s) == 3 and messages.ttft_s is not None
 
 
-def test_rule_usage_a_messages_replay_records_the_speculation_a_chat_replay_records(monkeypatch):
+@OTHER_APIS
+def test_rule_usage_a_replay_records_the_speculation_a_chat_replay_records(monkeypatch, api):
     class Drafted(FakeReplica):  # 3 tokens in 2 verify steps: one kept a draft token
         async def generate(self, request, prompt_token_ids=None):
             yield Chunk(text="a b", num_tokens=2, prompt_tokens=4, cached_prompt_tokens=0)
@@ -103,13 +110,14 @@ def test_rule_usage_a_messages_replay_records_the_speculation_a_chat_replay_reco
                 accept_histogram=[1, 1], path="speculative"))  # fmt: skip
 
     app, _core = ingress_app(monkeypatch, replicas={"spec": Drafted("spec"), "ar": Drafted("ar")})
-    chat, messages = send(app, "chat", trace_request()), send(app, "messages", trace_request())
-    for record in (chat, messages):
+    chat, other = send(app, "chat", trace_request()), send(app, api, trace_request())
+    for record in (chat, other):
         assert (record.verify_steps, record.accept_length, record.accept_histogram) == (2, 1.5, [1, 1])
         assert (record.prompt_tokens, record.output_tokens, record.path) == (4, 3, "speculative")
 
 
-def test_rule_events_a_call_and_an_error(monkeypatch):
+@OTHER_APIS
+def test_rule_events_a_call_and_an_error(monkeypatch, api):
     class Calls(FakeReplica):
         async def generate(self, request, prompt_token_ids=None):
             yield Chunk(tool_calls=[{"index": 0, "id": "call_1", "type": "function",
@@ -122,9 +130,9 @@ def test_rule_events_a_call_and_an_error(monkeypatch):
                 yield Chunk(finish_reason="error", error="replica stopped", error_status=502)
 
     app, _core = ingress_app(monkeypatch, replicas={"spec": Calls("spec"), "ar": Calls("ar")})
-    called = send(app, "messages", trace_request())
+    called = send(app, api, trace_request())
     assert (called.answer_calls, called.finish_reason, called.error_kind) == (["get_user"], "tool_calls", None)
     cut = trace_request()
     cut.messages = CONVERSATION[:-1] + [TraceMessage(role="user", content="and Rome?")]
-    failed = send(app, "messages", cut)
+    failed = send(app, api, cut)
     assert (failed.error_kind, failed.error, failed.answer_calls) == ("stream_error", "replica stopped", [])

@@ -68,12 +68,12 @@ def test_misbehaving_stack_is_counted_exactly(tmp_path, stacks):
     code, receipt, by = _run(tmp_path, fake, only=["corpus", "concurrency", "burst"], concurrency=4, burst=10)
     assert code == 1 and receipt["passed"] is False
     corpus = by["corpus"]
-    # 533 cases + the normal request; the hung case has no answer; the 500 is both 5xx and not an OpenAI error.
-    assert (corpus["sent"], corpus["answered"], corpus["hung"], corpus["lost"]) == (534, 533, 1, 0)
+    # 560 cases + the normal request; the hung case has no answer; the 500 is both 5xx and not an OpenAI error.
+    assert (corpus["sent"], corpus["answered"], corpus["hung"], corpus["lost"]) == (561, 560, 1, 0)
     assert corpus["failed"] == {"5xx": 1}
     f = corpus["figures"]
-    # The corpus expects 43 x 200; "unknown model" (404) became 500 and "missing prompt" (400) hung: 533-43-2 = 488 4xx.
-    assert (f["num_2xx"], f["num_4xx"], f["num_5xx"], f["num_non_json"], f["num_hung"]) == (43, 488, 1, 1, 1)
+    # The corpus expects 48 x 200; "unknown model" (404) became 500 and "missing prompt" (400) hung: 560-48-2 = 510 4xx.
+    assert (f["num_2xx"], f["num_4xx"], f["num_5xx"], f["num_non_json"], f["num_hung"]) == (48, 510, 1, 1, 1)
     assert f["normal_request"]["status"] == 200
     assert corpus["passed"] is False and corpus["reason"] == "1 case(s) 5xx; 1 case(s) hung"
     hung = [c for c in f["cases"] if c["hung"]]
@@ -104,7 +104,7 @@ def test_well_behaved_stack_passes_every_scenario(tmp_path, stacks, capsys):
     assert all(r["passed"] for r in by.values()), {n: r["reason"] for n, r in by.items()}
     assert "not-in-receipt" not in json.dumps(receipt)
     assert receipt["git"]["commit"] and receipt["command_line"] == ["ray-dspine", "drill"]
-    assert by["corpus"]["figures"]["num_2xx"] == 43 and by["corpus"]["failed"] == {}
+    assert by["corpus"]["figures"]["num_2xx"] == 48 and by["corpus"]["failed"] == {}
     capacity = by["concurrency"]["figures"]["capacity_completions_per_s"]
     assert capacity > 0
     assert by["burst"]["figures"]["num_200"] == 10

@@ -1,4 +1,5 @@
-"""The OpenAI-compatible endpoint, and Anthropic's Messages API over it, over real HTTP with the official clients."""
+"""The OpenAI-compatible endpoint, and Anthropic's Messages API and OpenAI's Responses API over it, over real HTTP with
+the official clients."""
 
 import json
 import threading
@@ -227,6 +228,56 @@ def test_tool_use_with_the_anthropic_client_streamed_or_not(serve_url):
     with pytest.raises(anthropic.BadRequestError, match="not served here"):
         client.messages.create(**{**ask, "messages": [{"role": "user", "content": [
             {"type": "image", "source": {"type": "url", "url": "http://127.0.0.1/x.png"}}]}]})
+
+
+def responses_two_shot(question: str) -> list[dict]:
+    """two_shot's conversation as Responses input items (the same chat messages once translated)."""
+    items = []
+    for n, city in enumerate(("Paris", "London")):
+        items += [{"role": "user", "content": f"What's the weather in {city}?"},
+                  {"type": "function_call", "call_id": f"c{n}", "name": "get_weather",
+                   "arguments": json.dumps({"city": city})},
+                  {"type": "function_call_output", "call_id": f"c{n}", "output": '{"temperature_c": 18}'},
+                  {"role": "assistant", "content": f"It is 18 °C in {city}."}]  # fmt: skip
+    return items + [{"role": "user", "content": question}]
+
+
+def test_function_calls_with_the_openai_responses_client_streamed_or_not(serve_url):
+    client = openai.OpenAI(base_url=f"{serve_url}/v1", api_key="unused")
+    tool = {"type": "function", **WEATHER["function"]}
+    ask = dict(model=MODEL, input=responses_two_shot("What's the weather in Tokyo?"), tools=[tool], temperature=0,
+               max_output_tokens=40, store=False, extra_headers={"x-dspine-pool": "spec"})  # fmt: skip
+    answer = client.responses.create(**ask)
+    (call,) = answer.output
+    assert (answer.status, call.type, call.name, json.loads(call.arguments)) == (
+        "completed", "function_call", "get_weather", {"city": "Tokyo"})
+    assert call.call_id.startswith("call_") and answer.id.startswith("resp_")
+    # the same request, streamed: the SDK's own accumulation gives the same call
+    with client.responses.stream(**ask) as stream:
+        events = list(stream)
+        streamed = stream.get_final_response()
+    assert [e.type for e in events][:2] == ["response.created", "response.in_progress"]
+    assert events[-1].type == "response.completed"
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert [(o.type, o.name, json.loads(o.arguments)) for o in streamed.output] == [
+        ("function_call", "get_weather", {"city": "Tokyo"})]
+    # the same prompt: the prefix cache holds part of it the second time; the speculation each answer got
+    first, second = answer.usage, streamed.usage
+    assert first.input_tokens == second.input_tokens and second.input_tokens_details.cached_tokens > 0
+    assert second.output_tokens == first.output_tokens
+    extra = first.model_extra
+    assert extra["path"] == "speculative"
+    assert sum((k + 1) * n for k, n in enumerate(extra["accept_histogram"])) == first.output_tokens
+    # a question no tool answers is text; the SDK's output_text reads it
+    text = client.responses.create(**{**ask, "input": responses_two_shot("Thanks! What is 2+2?")})
+    assert (text.output_text, text.output[0].type, text.status) == ("2 + 2 = 4", "message", "completed")
+    # errors are OpenAI's, which the client raises as its own types
+    with pytest.raises(openai.NotFoundError):
+        client.responses.create(**{**ask, "model": "gpt-5-codex"})
+    with pytest.raises(openai.BadRequestError, match="nothing is stored here"):
+        client.responses.create(**{**ask, "previous_response_id": answer.id})
+    with pytest.raises(openai.NotFoundError, match="nothing is stored here"):
+        client.responses.retrieve(answer.id)
 
 
 def test_completions_endpoint(serve_url):

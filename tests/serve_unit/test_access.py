@@ -32,7 +32,7 @@ def requests_for_every_route(app):
     """(method, path) for each method of each route of the app, path parameters filled in."""
     out = []
     for path, route in routes_of(app.routes):
-        path = path.replace("{model:path}", MODEL)
+        path = path.replace("{model:path}", MODEL).replace("{response_id}", "resp_1")
         for method in sorted(route.methods or {"GET"}):
             out.append((method, path))
     return sorted(set(out))
@@ -56,8 +56,9 @@ def gated(monkeypatch):
 def test_the_app_has_the_routes_this_test_expects(gated):
     calls = set(requests_for_every_route(gated))
     for call in [("POST", "/v1/chat/completions"), ("POST", "/v1/completions"), ("POST", "/v1/messages"),
-                 ("GET", "/v1/models"), ("GET", f"/v1/models/{MODEL}"), ("GET", "/v1/dspine/engine"),
-                 ("GET", "/health"), ("GET", LIVENESS_PATH), ("GET", "/openapi.json")]:
+                 ("POST", "/v1/responses"), ("GET", "/v1/responses/resp_1"), ("GET", "/v1/models"),
+                 ("GET", f"/v1/models/{MODEL}"), ("GET", "/v1/dspine/engine"), ("GET", "/health"),
+                 ("GET", LIVENESS_PATH), ("GET", "/openapi.json")]:
         assert call in calls
 
 

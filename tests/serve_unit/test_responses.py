@@ -106,6 +106,15 @@ def test_usage_carries_cached_tokens_where_openai_clients_read_them():
     body = collect([Chunk(text="ok", num_tokens=3), Chunk(finish_reason="stop", usage=usage)])
     assert body["usage"]["prompt_tokens_details"] == {"cached_tokens": 512}
     assert (body["usage"]["cached_prompt_tokens"], body["usage"]["total_tokens"]) == (512, 903)
+    assert "completion_tokens_details" not in body["usage"] and "reasoning_tokens" not in body["usage"]
+
+
+def test_usage_names_reasoning_tokens_under_completion_tokens_details_when_there_are_some():
+    usage = Usage(prompt_tokens=9, completion_tokens=6, total_tokens=15, reasoning_tokens=4)
+    body = collect([Chunk(reasoning="hmm", num_tokens=4), Chunk(text="ok", num_tokens=2),
+                    Chunk(finish_reason="stop", usage=usage)])  # fmt: skip
+    assert body["usage"]["completion_tokens_details"] == {"reasoning_tokens": 4}  # as SGLang's and OpenAI's
+    assert "reasoning_tokens" not in body["usage"]
 
 
 def test_a_stream_ending_in_an_error_names_the_role_only_if_no_delta_did():

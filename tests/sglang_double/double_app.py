@@ -3,19 +3,22 @@
 Rules:
   routes    the route objects of SGLang's `sglang.srt.entrypoints.http_server.app` for GET /health,
             /health_generate, /v1/models, /v1/loads (SGLang's v1_loads router: LoadSnapshot.to_dict and its
-            envelope), POST /abort_request, /v1/completions, /v1/chat/completions, with that app's exception
-            handlers and JSON route class; the OpenAI routes call SGLang's OpenAIServingChat /
-            OpenAIServingCompletion (`app.state`), built as SGLang's lifespan builds them, over
-            TokenizerManagerDouble and SGLang's TemplateManager (`initialize_templates` from --model-path,
-            --chat-template, --completion-template), and POST /v1/messages/count_tokens, which calls SGLang's
-            AnthropicServing over that OpenAIServingChat. SGLang's lifespan itself is not run: it also builds the
-            embedding, rerank, responses, transcription and Ollama handlers and a warm-up request.
+            envelope), POST /abort_request, /v1/completions, /v1/chat/completions, /v1/responses, with that
+            app's exception handlers and JSON route class; the OpenAI routes call SGLang's OpenAIServingChat /
+            OpenAIServingCompletion / OpenAIServingResponses (`app.state`), built as SGLang's lifespan builds
+            them (the Responses one with enable_prompt_tokens_details=True and no tool server: no --tool-server
+            and no EXA_API_KEY), over TokenizerManagerDouble and SGLang's TemplateManager
+            (`initialize_templates` from --model-path, --chat-template, --completion-template), and POST
+            /v1/messages/count_tokens, which calls SGLang's AnthropicServing over that OpenAIServingChat.
+            SGLang's lifespan itself is not run: it also builds the embedding, rerank, transcription and Ollama
+            handlers and a warm-up request. Of the Responses routes only POST /v1/responses is served (GET
+            /v1/responses/{id} and its cancel need --enable-response-store, which the engine never sets).
   metrics   with --enable-metrics: SGLang's `add_prometheus_middleware` (Prometheus multiprocess registry
             under PROMETHEUS_MULTIPROC_DIR, set by SGLang's `set_prometheus_multiproc_dir`) serves /metrics;
             SGLang's SchedulerMetricsCollector, with the labels its `init_new` gives rank 0 of a single-GPU
             server, is told `emit_constants` once and `log_stats(SchedulerDouble.stats())` after every step.
-  requests  every POST to the two OpenAI routes is recorded as a `request` event (rid and the body's keys,
-            never its values) before SGLang sees it.
+  requests  every POST to the three OpenAI routes is recorded as a `request` event (rid, or a Responses
+            body's request_id, and the body's keys, never its values) before SGLang sees it.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from fastapi import FastAPI
 
 from double_runtime import event
 
-OPENAI_PATHS = ("/v1/chat/completions", "/v1/completions")
+OPENAI_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/responses")
 SGLANG_ROUTES = ("/health", "/health_generate", "/v1/models", "/v1/loads", "/abort_request", *OPENAI_PATHS,
                  "/v1/messages/count_tokens")
 
@@ -52,7 +55,7 @@ class RecordRequests:
         except ValueError:
             parsed = {}
         if isinstance(parsed, dict):
-            event(event="request", rid=parsed.get("rid"), keys=sorted(parsed))
+            event(event="request", rid=parsed.get("rid", parsed.get("request_id")), keys=sorted(parsed))
 
         async def replay():
             return messages.pop(0) if messages else await receive()
@@ -84,6 +87,7 @@ def build_app(server_args, tokenizer_manager) -> FastAPI:
     from sglang.srt.entrypoints.anthropic.serving import AnthropicServing
     from sglang.srt.entrypoints.openai.serving_chat import OpenAIServingChat
     from sglang.srt.entrypoints.openai.serving_completions import OpenAIServingCompletion
+    from sglang.srt.entrypoints.openai.serving_responses import OpenAIServingResponses
     from sglang.srt.parser.template_manager import TemplateManager
     from sglang.srt.runtime_context import get_observability, get_serving
     from sglang.srt.utils.common import add_prometheus_middleware
@@ -107,6 +111,9 @@ def build_app(server_args, tokenizer_manager) -> FastAPI:
     app.state.openai_serving_completion = OpenAIServingCompletion(tokenizer_manager, template_manager)
     assert isinstance(app.state.openai_serving_chat, OpenAIServingChat)
     app.state.anthropic_serving = AnthropicServing(app.state.openai_serving_chat)
+    # as SGLang's lifespan builds it (its tool_server is None without --tool-server or EXA_API_KEY)
+    app.state.openai_serving_responses = OpenAIServingResponses(
+        tokenizer_manager, template_manager, enable_prompt_tokens_details=True, tool_server=None)
     if get_observability().enable_metrics:
         scheduler_metrics(server_args, tokenizer_manager)
         add_prometheus_middleware(app)

@@ -4,11 +4,13 @@
 
 What is SGLang's own code (the installed 0.5.23 package, run unchanged):
   - the command line: `prepare_server_args` (an unknown flag or a bad value exits 2 with SGLang's message);
-  - the HTTP routes /health, /health_generate, /v1/models, /v1/loads, /abort_request, /v1/completions and
-    /v1/chat/completions, their request classes (`ChatCompletionRequest`, `CompletionRequest`) and errors;
+  - the HTTP routes /health, /health_generate, /v1/models, /v1/loads, /abort_request, /v1/completions,
+    /v1/chat/completions, POST /v1/responses and /v1/messages/count_tokens, their request classes
+    (`ChatCompletionRequest`, `CompletionRequest`, `ResponsesRequest`) and errors;
   - the OpenAI layer: OpenAIServingChat / OpenAIServingCompletion (chat template rendering through
     TemplateManager, the --reasoning-parser and --tool-call-parser stream parsers, SSE framing, continuous
-    usage, the `sglext.spec_tokens_details` chunk, the usage chunk, `data: [DONE]`);
+    usage, the `sglext.spec_tokens_details` chunk, the usage chunk, `data: [DONE]`), OpenAIServingResponses
+    (input items to chat messages, output items, its Responses event stream) and AnthropicServing's count;
   - the TokenizerManager request path (request state, length checks, SamplingParams, meta_info and the
     speculative metrics built from the scheduler's output, aborts, `get_loads`);
   - /v1/loads bodies from `LoadSnapshot`, /metrics from `SchedulerMetricsCollector` and Prometheus'

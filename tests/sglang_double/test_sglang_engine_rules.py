@@ -71,9 +71,9 @@ def test_rule_usage_from_spec_details():
 def test_rule_num_tokens_from_cumulative_usage_and_reasoning_apart():
     mapper = StreamMapper()
     first = mapper.feed({"choices": [{"delta": {"reasoning_content": "plan "}, "finish_reason": None}],
-                         "usage": {"completion_tokens": 3, "prompt_tokens": 5}})
+                         "usage": {"completion_tokens": 3, "prompt_tokens": 5, "reasoning_tokens": 3}})
     second = mapper.feed({"choices": [{"delta": {"content": "done"}, "finish_reason": "length"}],
-                          "usage": {"completion_tokens": 7, "prompt_tokens": 5}})
+                          "usage": {"completion_tokens": 7, "prompt_tokens": 5, "reasoning_tokens": 4}})
     assert [(c.reasoning, c.text, c.num_tokens) for c in first + second] == [
         ("plan ", "", 3), ("", "done", 4)]  # 3, then 7 - 3 = 4
     # rule `prompt`: the first chunk names the prompt (no cache report: 0 cached), later ones do not
@@ -81,6 +81,7 @@ def test_rule_num_tokens_from_cumulative_usage_and_reasoning_apart():
     assert mapper.feed({"choices": [], "sglext": {"spec_tokens_details": {"spec_verify_ct": 2}}}) == []
     final = mapper.finish()
     assert (final.finish_reason, final.usage.verify_steps, final.usage.accept_length) == ("length", 2, 3.5)
+    assert final.usage.reasoning_tokens == 4  # rule `reasoning`: SGLang's count, from the last usage
     assert final.matched_stop is None  # ran out of tokens: SGLang names no stop
     stopped = StreamMapper()
     stopped.feed({"choices": [{"delta": {"content": "a"}, "finish_reason": None, "matched_stop": None}]})

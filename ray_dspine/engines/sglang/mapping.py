@@ -47,7 +47,8 @@ Rules:
                  event -> "error"; any other reason -> "stop". The finishing choice's `matched_stop` (the
                  stop string, stop_regex pattern or end token id SGLang ended on) goes out unchanged.
   reasoning      SGLang's `reasoning_content` deltas (from --reasoning-parser) go out as `Chunk.reasoning`,
-                 `content` deltas as `Chunk.text`; neither is rewritten.
+                 `content` deltas as `Chunk.text`; neither is rewritten. The usage's `reasoning_tokens` (SGLang's
+                 count of the completion tokens up to the reasoning's end) is Usage.reasoning_tokens.
   tool calls     `delta.tool_calls` (from --tool-call-parser: a call's first delta has its id and function
                  name, later ones null id and name and more `arguments` text) go out as `Chunk.tool_calls`
                  unchanged; a chunk with tool calls and no text is still yielded.
@@ -179,7 +180,9 @@ def count_payload(anthropic_body: dict, request: GenerateRequest, model: str) ->
     return payload
 
 
-def usage_from(completion_tokens: int, prompt_tokens: int, cached_tokens: int, spec: dict | None) -> Usage:
+def usage_from(
+    completion_tokens: int, prompt_tokens: int, cached_tokens: int, spec: dict | None, reasoning_tokens: int = 0
+) -> Usage:
     """Final usage of one request, by the rules above."""
     verify = int(spec.get("spec_verify_ct") or 0) if spec else 0
     if verify > 0:
@@ -196,6 +199,7 @@ def usage_from(completion_tokens: int, prompt_tokens: int, cached_tokens: int, s
         accept_histogram=histogram,
         path=path,
         cached_prompt_tokens=cached_tokens,
+        reasoning_tokens=reasoning_tokens,
     )
 
 
@@ -225,6 +229,7 @@ class StreamMapper:
         self.completion_tokens = 0
         self.prompt_tokens = 0
         self.cached_tokens = 0
+        self.reasoning_tokens = 0
         self.spec: dict | None = None
         self.finish_reason: str | None = None
         self.matched_stop: int | str | None = None
@@ -247,6 +252,7 @@ class StreamMapper:
             self.prompt_tokens = int(usage.get("prompt_tokens") or 0)
             details = usage.get("prompt_tokens_details") or {}
             self.cached_tokens = int(details.get("cached_tokens") or 0)
+            self.reasoning_tokens = int(usage.get("reasoning_tokens") or 0)
         choices = event.get("choices") or []
         if not choices:
             return []
@@ -277,7 +283,8 @@ class StreamMapper:
         """The last chunk: finish reason and usage (call after the stream ends with [DONE])."""
         if self.error is not None:
             return self.error
-        usage = usage_from(self.completion_tokens, self.prompt_tokens, self.cached_tokens, self.spec)
+        usage = usage_from(self.completion_tokens, self.prompt_tokens, self.cached_tokens, self.spec,
+                           self.reasoning_tokens)  # fmt: skip
         rest = max(0, self.completion_tokens - self.yielded_tokens)
         return Chunk(finish_reason=self.finish_reason or "stop", matched_stop=self.matched_stop, usage=usage,
                      num_tokens=rest)
