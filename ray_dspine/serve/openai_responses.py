@@ -237,12 +237,12 @@ class ResponsesRequest(BaseModel):
     presence_penalty: float | None = None
     repetition_penalty: float | None = None
     stop: str | list[str] | None = None
-    stream: bool = False
+    stream: bool | None = False
     user: str | None = None
     prompt_cache_key: str | None = None
     parallel_tool_calls: bool | None = None
     tools: list[Tool] | None = None
-    tool_choice: Literal["auto", "required", "none"] | dict[str, Any] = "auto"
+    tool_choice: Literal["auto", "required", "none"] | dict[str, Any] | None = "auto"  # None: "auto"
     reasoning: Reasoning | None = None
     text: Text | None = None
     include: list[str] | None = None
@@ -420,7 +420,7 @@ def _tools(request: ResponsesRequest) -> list[dict]:
 
 def _tool_choice(request: ResponsesRequest, functions: list[dict]) -> Any:
     """Rule `tools`: SGLang's `effective_tool_choice` and `_chat_tool_choice`, with its refusals."""
-    choice = request.tool_choice
+    choice = request.tool_choice or "auto"
     if isinstance(choice, dict):
         name = choice.get("name") or (choice.get("function") or {}).get("name")
         choice = {"type": "function", "name": name} if choice.get("type") == "function" and name else "auto"
@@ -495,7 +495,7 @@ def echo(body: dict) -> dict:
         "store": False,
         "temperature": request.temperature,
         "text": text or {"format": {"type": "text"}},
-        "tool_choice": request.tool_choice,
+        "tool_choice": request.tool_choice or "auto",
         "tools": list(body.get("tools") or []),
         "top_p": request.top_p,
         "truncation": request.truncation or "disabled",

@@ -363,3 +363,10 @@ def test_an_error_finish_without_an_error_event_fails_the_response_both_ways():
     assert (final["type"], final["response"]["status"]) == ("response.failed", "failed")
     assert final["response"]["error"] == {"code": "server_error", "message": "the answer ended with an error"}
     assert translator.response() == final["response"]  # the answer of a request that did not stream
+
+
+def test_null_optionals_are_their_defaults():
+    chat = api.chat_body(body(tool_choice=None, stream=None, tools=[WEATHER], reasoning=None, text=None, user=None))
+    assert (chat["tool_choice"], chat["tools"][0]["function"]["name"]) == ("auto", "get_weather")
+    assert "reasoning_effort" not in chat and "response_format" not in chat and "user" not in chat
+    assert api.echo(body(tool_choice=None))["tool_choice"] == "auto"
