@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..serve.openai_responses import SPECULATION
+from ..serve.openai_responses_stream import SPECULATION
 
 FIELDS = ("temperature", "top_p", "stop", "parallel_tool_calls")  # rule `body`: carried as they are
 TEXT_DELTAS = ("response.output_text.delta", "response.reasoning_text.delta", "response.reasoning_summary_text.delta")

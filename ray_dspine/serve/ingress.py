@@ -43,7 +43,7 @@ from ..config import AppConfig
 from ..engines.protocol import ChatMessage, Chunk, GenerateRequest
 from ..routing.fingerprint import conversation_text, prefix_hashes
 from ..routing.traffic import assign, reasoning_level_of, session_key
-from . import anthropic, openai_responses, responses
+from . import anthropic, openai_responses, openai_responses_stream, responses
 from .access import REFUSAL, ApiKeyGate, key_matches
 from .admission import DEADLINE_HEADER, Admission, Ticket, parse_deadline_ms
 from .body import parse_body
@@ -324,14 +324,14 @@ class IngressCore:
         headers = {k: v for k, v in response.headers.items() if k.lower() not in ("content-length", "content-type")}
         reasoning = asked.get("reasoning")
         summary = isinstance(reasoning, dict) and reasoning.get("summary") is not None
-        translator = openai_responses.ResponseStream(openai_responses.echo(asked), summary=summary)
+        translator = openai_responses_stream.ResponseStream(openai_responses.echo(asked), summary=summary)
         events = _translated(response.body_iterator, translator)
         if asked.get("stream") is True:
             return StreamingResponse(events, media_type="text/event-stream", headers=headers)
         async for _ in events:
             pass
         if translator.error is not None:
-            failure = ApiError(openai_responses.status_of(translator.error), translator.error.get("message") or "",
+            failure = ApiError(openai_responses_stream.status_of(translator.error), translator.error.get("message") or "",
                                param=translator.error.get("param"), code=translator.error.get("code"))  # fmt: skip
             return error_response(failure, self.server.retry_after_s)
         return JSONResponse(translator.response(), headers=headers)
@@ -508,7 +508,7 @@ def _chat_body_of(translate, body: dict) -> dict:
 
 
 async def _translated(chat_events, translator):
-    """A translator's events for a chat stream's (anthropic.MessageStream, openai_responses.ResponseStream);
+    """A translator's events for a chat stream's (anthropic.MessageStream, openai_responses_stream.ResponseStream);
     closing this closes the chat stream, which stops the replica's work."""
     try:
         async for event in chat_events:

@@ -19,7 +19,7 @@ from ray_dspine.bench.client import ClientSettings, StreamingClient, build_body 
 from ray_dspine.bench.replay_cli import options_from_args, register  # noqa: E402
 from ray_dspine.bench.responses_api import body  # noqa: E402
 from ray_dspine.bench.traces.model import TraceMessage, TraceRequest  # noqa: E402
-from ray_dspine.serve import openai_responses  # noqa: E402
+from ray_dspine.serve import openai_responses, openai_responses_stream  # noqa: E402
 
 CALL = {"id": "c1", "type": "function", "function": {"name": "get_user", "arguments": '{"user_id":"u7"}'}}
 CONVERSATION = [
@@ -136,7 +136,7 @@ FAILED = [chat_event({"role": "assistant", "content": "Hi"}, 1),
 def server_events(chat: list[str], summary: bool = False) -> str:
     """The /v1/responses stream the ingress sends for this chat stream."""
     asked = {"model": MODEL, "input": "hi", "stream": True, **({"reasoning": {"summary": "auto"}} if summary else {})}
-    stream = openai_responses.ResponseStream(openai_responses.echo(asked), summary=summary, clock=lambda: 0)
+    stream = openai_responses_stream.ResponseStream(openai_responses.echo(asked), summary=summary, clock=lambda: 0)
     return "".join(out for event in chat for out in stream.feed(event))
 
 

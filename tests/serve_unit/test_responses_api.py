@@ -13,6 +13,7 @@ from asgi_app import MODEL, FakeReplica, client, ingress_app
 
 from ray_dspine.engines.protocol import Chunk, Usage
 from ray_dspine.serve import openai_responses as api
+from ray_dspine.serve import openai_responses_stream as answer
 
 WEATHER = {"type": "function", "name": "get_weather", "description": "Weather in a city",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}  # fmt: skip
@@ -139,7 +140,7 @@ def chunk_event(delta, finish=None, usage=None):
 
 
 def translate(events, summary=False, request=None):
-    translator = api.ResponseStream(api.echo(request or body()), summary=summary, clock=lambda: 1700000000)
+    translator = answer.ResponseStream(api.echo(request or body()), summary=summary, clock=lambda: 1700000000)
     frames = []
     for event in events:
         frames += translator.feed(event)
@@ -241,9 +242,9 @@ def test_stream_a_failure_closes_the_open_item_then_response_failed():
     failed = events[-1]["response"]
     assert failed["error"] == {"code": "server_error", "message": "replica stopped after 1 tokens"}
     assert failed["output"][0]["content"][0]["text"] == "A"
-    assert api.status_of(translator.error) == 502
-    assert api.status_of({"type": "timeout", "code": "timeout"}) == 504
-    assert api.status_of({"type": "invalid_request_error", "code": None}) == 400
+    assert answer.status_of(translator.error) == 502
+    assert answer.status_of({"type": "timeout", "code": "timeout"}) == 504
+    assert answer.status_of({"type": "invalid_request_error", "code": None}) == 400
 
 
 def test_response_echoes_the_settings():

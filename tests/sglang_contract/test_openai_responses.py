@@ -35,6 +35,7 @@ from types import SimpleNamespace
 import pytest
 
 from ray_dspine.serve import openai_responses as api
+from ray_dspine.serve import openai_responses_stream as answer
 
 pytest.importorskip("sglang")
 
@@ -240,7 +241,7 @@ def _ours(reasoning: str, text: str, calls: list[tuple[str, str]], body: dict, f
     frames += [data({"id": "chatcmpl-r1", "choices": [{"index": 0, "delta": {}, "finish_reason": finish}],
                      "usage": usage}), "data: [DONE]\n\n"]  # fmt: skip
     reasoning_setting = body.get("reasoning") or {}
-    translator = api.ResponseStream(api.echo(body), summary=reasoning_setting.get("summary") is not None)
+    translator = answer.ResponseStream(api.echo(body), summary=reasoning_setting.get("summary") is not None)
     for frame in frames:
         translator.feed(frame)
     return translator.response()

@@ -9,8 +9,8 @@ Each request body goes two ways through one SGLangServerDouble (started once for
   ours       openai_responses.chat_body(body) -> a GenerateRequest built from that chat body as the ingress
              builds it (`generate_request` below) -> the project's SGLangEngine, which sends it to the double's
              /v1/chat/completions (SGLang's own chat serving) -> the engine's chunks -> responses.sse_events
-             (the ingress' chat stream, usage on every event) -> openai_responses.ResponseStream -> our events and
-             final response (ours answers both kinds from the chat stream, so one run gives both).
+             (the ingress' chat stream, usage on every event) -> openai_responses_stream.ResponseStream -> our
+             events and final response (ours answers both kinds from the chat stream, so one run gives both).
 What is a double: the scheduler, model and tokenizer under SGLang's serving layer (double_scheduler.py,
 double_model.py, double_tokenizer.py), so the text is "t0 t1 ..." one word per token, a `</think>` after three
 words when the prompt opens thinking, one qwen3_coder call of the first tool listed when the prompt lists tools;
@@ -39,9 +39,9 @@ the test says so where it normalises:
                  not compared.
   strict         ours sends a function tool's `strict` only when given; SGLang renders `"strict": false` for a tool
                  that does not say (rule `tools`): the cases' tools say, and one test sends a tool that does not.
-  cut-off call   ours answers a non-streamed request from the chat stream (rule `answer`), so a call cut off by
-                 max_output_tokens keeps the arguments it streamed, as SGLang's stream does; SGLang's non-streamed
-                 answer parses the whole text and closes the object.
+  cut-off call   ours answers a non-streamed request from the chat stream (openai_responses_stream.py rule
+                 `answer`), so a call cut off by max_output_tokens keeps the arguments it streamed, as SGLang's
+                 stream does; SGLang's non-streamed answer parses the whole text and closes the object.
   developer      rule `request` builds one first system message for every pool, as SGLang does for a template
                  that takes no system message but the first: the double's template is such a one (SGLang's own
                  detect_inline_system_support says so), so both sides send the same prompt (test at the end).
@@ -65,7 +65,7 @@ from ray_dspine.engines.protocol import ChatMessage, GenerateRequest
 from ray_dspine.engines.sglang import SGLangEngine
 from ray_dspine.routing.config import TrafficConfig
 from ray_dspine.routing.traffic import reasoning_level_of
-from ray_dspine.serve import openai_responses, responses
+from ray_dspine.serve import openai_responses, openai_responses_stream, responses
 from ray_dspine.serve.openai_schema import ChatCompletionRequest
 
 from sglang_double_helpers import config_factory, double_launcher, run
@@ -234,7 +234,7 @@ async def ours(engine: SGLangEngine, body: dict) -> tuple[list[dict], dict]:
     first = await chunks.__anext__()
     reasoning = body.get("reasoning")  # the summary flag as ingress.serve_responses reads it
     summary_asked = isinstance(reasoning, dict) and reasoning.get("summary") is not None
-    translator = openai_responses.ResponseStream(openai_responses.echo(body), summary=summary_asked)
+    translator = openai_responses_stream.ResponseStream(openai_responses.echo(body), summary=summary_asked)
     stream = chat["stream_options"]
     events = responses.sse_events(_Call(chunks), first, request, MODEL, True, stream["include_usage"],
                                   stream["continuous_usage_stats"], _Timer(), time.monotonic() + 60)  # fmt: skip
@@ -374,7 +374,7 @@ def test_stream_event_types_match_sglangs(served, name):
     """The event types in order (runs of deltas as one, with their text: module docstring), numbered from 0; and each
     item as it closes (output_item.done), phase included. The items of output_item.added are not compared: SGLang
     holds a tool-enabled request's message events back and names the phase there, ours names it when the message
-    closes (rule `stream`)."""
+    closes (openai_responses_stream.py rule `stream`)."""
     theirs, ours_ = served[name]["events"], served[name]["our_events"]
     assert event_outline(ours_) == event_outline(theirs)
     for events in (theirs, ours_):
@@ -392,7 +392,7 @@ def test_usage_is_openais_then_ours(served, name):
     theirs, ours_ = served[name]["json"]["usage"], served[name]["ours"]["usage"]
     openai = ["input_tokens", "input_tokens_details", "output_tokens", "output_tokens_details", "total_tokens"]
     assert list(theirs) == openai and theirs["input_tokens_details"]["cache_write_tokens"] == 0
-    assert list(ours_) == openai + list(openai_responses.SPECULATION)
+    assert list(ours_) == openai + list(openai_responses_stream.SPECULATION)
     assert list(ours_["input_tokens_details"]) == ["cached_tokens"]
     assert ours_["path"] == "speculative" and ours_["verify_steps"] >= 1
     assert ours_["total_tokens"] == ours_["input_tokens"] + ours_["output_tokens"]
